@@ -1,0 +1,1 @@
+"""THC (Tensor Homomorphic Compression) codec, imported as ``ina.compression``."""

@@ -1,0 +1,1 @@
+"""ina: in-network aggregation of THC-compressed gradients for torch DDP."""
