@@ -1,0 +1,125 @@
+"""The job registration record the control plane hands to the switch and the PS."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A UDP address as the control plane names it."""
+
+    host: str
+    port: int
+
+    @property
+    def addr(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @classmethod
+    def parse(cls, value: Any, what: str) -> Endpoint:
+        """From `{"host", "port"}`, `[host, port]` or `"host:port"`, with a clear error."""
+        try:
+            if isinstance(value, str):
+                host, port = value.rsplit(":", 1)
+            elif isinstance(value, dict):
+                host, port = value["host"], value["port"]
+            else:
+                host, port = value
+            port = int(port)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{what}: expected {{'host': ..., 'port': ...}} or 'host:port', got {value!r}") from None
+        if not 0 < port < 65536:
+            raise ValueError(f"{what}: port {port} is not in 1..65535")
+        return cls(str(host), port)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job: who its workers are (by rank) and how it may use the aggregators."""
+
+    job: int
+    workers: tuple[Endpoint, ...]
+    window: int
+    lane_bits: int = 8
+    priority_cap: int = 255
+    ps: Endpoint | None = None
+    switch: Endpoint | None = None
+    index_bits: int = 0
+    table: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.job < 1 << 16:
+            raise ValueError(f"job id {self.job} must be in 0..65535")
+        if not 1 <= len(self.workers) <= MAX_WORKERS:
+            raise ValueError(f"a job has 1..{MAX_WORKERS} workers, got {len(self.workers)}")
+        if len(set(self.workers)) != len(self.workers):
+            raise ValueError("two ranks registered the same address; give every worker its own port")
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+        if self.lane_bits not in LANE_WIDTHS:
+            raise ValueError(f"lane_bits must be one of {LANE_WIDTHS}, got {self.lane_bits}")
+        if not 0 <= self.priority_cap <= 255:
+            raise ValueError(f"priority_cap must be in 0..255, got {self.priority_cap}")
+        if not 0 <= self.index_bits <= MAX_INDEX_BITS:
+            raise ValueError(f"index_bits must be in 0..{MAX_INDEX_BITS}, got {self.index_bits}")
+        if self.index_bits and len(self.table) != 1 << self.index_bits:
+            raise ValueError(f"index_bits {self.index_bits} needs a table of {1 << self.index_bits} levels, got {len(self.table)}")
+        if self.table and max(self.table) * len(self.workers) >= 1 << self.lane_bits:
+            raise ValueError(
+                f"{len(self.workers)} workers x table maximum {max(self.table)} overflows {self.lane_bits}-bit lanes; "
+                "use wider lane_bits"
+            )
+
+    @property
+    def fanin(self) -> int:
+        return len(self.workers)
+
+    @property
+    def full_bitmap(self) -> int:
+        return (1 << self.fanin) - 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The registration body, ready for json.dumps."""
+        body = asdict(self)
+        body["workers"] = list(body["workers"])
+        body["table"] = list(body["table"])
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> JobSpec:
+        """Build from a registration body (docs/protocol.md, section 7); ValueError says what is wrong."""
+        if not isinstance(body, dict):
+            raise ValueError("a job registration is a JSON object")
+        known = {"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table"}
+        unknown = set(body) - known
+        if unknown:
+            raise ValueError(f"unknown job fields {sorted(unknown)}; known: {sorted(known)}")
+        for required in ("job", "workers", "window"):
+            if required not in body:
+                raise ValueError(f"job registration lacks '{required}'")
+        workers = body["workers"]
+        if not isinstance(workers, list):
+            raise ValueError("'workers' must be a list of {'host', 'port'} by rank")
+
+        def optional(name: str) -> Endpoint | None:
+            value = body.get(name)
+            return None if value is None else Endpoint.parse(value, name)
+
+        try:
+            return cls(
+                job=int(body["job"]),
+                workers=tuple(Endpoint.parse(w, f"workers[{rank}]") for rank, w in enumerate(workers)),
+                window=int(body["window"]),
+                lane_bits=int(body.get("lane_bits", 8)),
+                priority_cap=int(body.get("priority_cap", 255)),
+                ps=optional("ps"),
+                switch=optional("switch"),
+                index_bits=int(body.get("index_bits", 0)),
+                table=tuple(int(v) for v in body.get("table", ())),
+            )
+        except TypeError as error:
+            raise ValueError(f"bad job registration: {error}") from None

@@ -1,0 +1,38 @@
+"""The sans-IO interface every packet-processing program implements.
+
+The software switch, the PS and the worker transport engine are written as `Node`s:
+they take datagrams and the current time and return datagrams to send. The same code
+then runs behind real UDP sockets (`ina.net.udp`) and inside the deterministic network
+simulator that the property tests and the contention benchmark use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Datagram:
+    """A UDP payload and its peer: the source when received, the destination when sent."""
+
+    data: bytes
+    addr: Address
+
+
+class Node(Protocol):
+    """A packet program driven by arriving datagrams and by its own timers."""
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        """Process datagrams that arrived (in order) at time `now`; return what to send."""
+        ...
+
+    def tick(self, now: float) -> list[Datagram]:
+        """Run timers due at `now` (resends, flush requests, sweeps); return what to send."""
+        ...
+
+    def next_deadline(self) -> float | None:
+        """When `tick` next has work, or None."""
+        ...

@@ -1,0 +1,30 @@
+"""Numbers fixed by docs/protocol.md."""
+
+from enum import IntEnum, IntFlag
+
+MAGIC = 0xA7
+VERSION = 1
+HEADER_LEN = 20
+INA_PORT = 47100
+DEFAULT_SWITCH_CONTROL_PORT = 47180
+DEFAULT_PS_CONTROL_PORT = 47181
+MAX_WORKERS = 32
+LANE_WIDTHS = (8, 16, 32)
+MAX_INDEX_BITS = 8
+
+
+class Kind(IntEnum):
+    DATA = 1
+    RESULT = 2
+    PARTIAL = 3
+    FLUSH = 4
+    STATUS = 5
+
+
+class Flag(IntFlag):
+    NONE = 0
+    RESEND = 0x01
+    MAX = 0x02
+
+
+KNOWN_FLAGS = int(Flag.RESEND | Flag.MAX)
