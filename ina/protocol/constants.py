@@ -19,6 +19,7 @@ class Kind(IntEnum):
     PARTIAL = 3
     FLUSH = 4
     STATUS = 5
+    FETCH = 6
 
 
 class Flag(IntFlag):

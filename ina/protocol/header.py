@@ -6,7 +6,7 @@ Both apply the same validity rules (docs/protocol.md, section 2); tests hold the
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,6 +45,13 @@ HEADER_DTYPE = np.dtype(
 assert HEADER_DTYPE.itemsize == HEADER_LEN
 
 
+_KINDS = {int(kind): kind for kind in Kind}
+_FLAGS = tuple(Flag(value) for value in range(KNOWN_FLAGS + 1))
+_LANE_WIDTH_OK = np.zeros(256, dtype=bool)
+_LANE_WIDTH_OK[list(LANE_WIDTHS)] = True
+_MIN_KIND, _MAX_KIND = min(_KINDS), max(_KINDS)
+
+
 class MalformedPacket(ValueError):
     """A packet that breaks docs/protocol.md section 2; receivers drop and count it."""
 
@@ -66,9 +73,8 @@ def payload_words(kind: int, words: int, index_bits: int, lane_bits: int) -> int
     return 0
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """One packet's header; field meanings are in docs/protocol.md."""
+class Header(NamedTuple):
+    """One packet's header; field meanings are in docs/protocol.md. A tuple: cheap to build per packet."""
 
     kind: Kind
     job: int
@@ -91,7 +97,7 @@ class Header:
 
     def with_(self, **changes: object) -> Header:
         """A copy with some fields changed."""
-        return replace(self, **changes)
+        return self._replace(**changes)
 
     def pack(self, payload: bytes | np.ndarray = b"") -> bytes:
         """Header plus payload; a numpy payload is written as big-endian 32-bit words."""
@@ -124,7 +130,7 @@ def parse(data: bytes | bytearray | memoryview, words: int) -> tuple[Header, np.
     magic, version, kind, flags, job, rank, prio, seq, slot, ibits, lbits, bitmap = _STRUCT.unpack_from(data)
     if magic != MAGIC or version != VERSION:
         raise MalformedPacket(f"magic/version {magic:#x}/{version} is not {MAGIC:#x}/{VERSION}")
-    if kind not in Kind._value2member_map_:
+    if kind not in _KINDS:
         raise MalformedPacket(f"unknown kind {kind}")
     if flags & ~KNOWN_FLAGS:
         raise MalformedPacket(f"reserved flag bits set in {flags:#x}")
@@ -135,7 +141,7 @@ def parse(data: bytes | bytearray | memoryview, words: int) -> tuple[Header, np.
     expected = payload_words(kind, words, ibits, lbits)
     if len(data) != HEADER_LEN + 4 * expected:
         raise MalformedPacket(f"{kind!r} needs {expected} payload words, got {(len(data) - HEADER_LEN) / 4}")
-    header = Header(Kind(kind), job, seq, Flag(flags), rank, prio, slot, ibits, lbits, bitmap)
+    header = Header(_KINDS[kind], job, seq, _FLAGS[flags], rank, prio, slot, ibits, lbits, bitmap)
     return header, np.frombuffer(data, dtype=">u4", offset=HEADER_LEN)
 
 
@@ -149,9 +155,9 @@ def valid_mask(headers: np.ndarray, lengths: np.ndarray, words: int) -> np.ndarr
     lbits = headers["lane_bits"].astype(np.int64)
     rank = headers["rank"].astype(np.int64)
     ok = (headers["magic"] == MAGIC) & (headers["version"] == VERSION)
-    ok &= (kind >= min(Kind)) & (kind <= max(Kind))
+    ok &= (kind >= _MIN_KIND) & (kind <= _MAX_KIND)
     ok &= (headers["flags"] & np.uint8(0xFF & ~KNOWN_FLAGS)) == 0
-    ok &= np.isin(lbits, LANE_WIDTHS) & (ibits <= MAX_INDEX_BITS)
+    ok &= _LANE_WIDTH_OK[lbits] & (ibits <= MAX_INDEX_BITS)
     is_data = kind == Kind.DATA
     safe_rank = np.minimum(rank, MAX_WORKERS - 1)
     ok &= ~is_data | ((rank < MAX_WORKERS) & (headers["bitmap"].astype(np.int64) == (1 << safe_rank)))
