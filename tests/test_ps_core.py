@@ -202,6 +202,8 @@ def test_sources_kinds_and_formats_are_checked():
         (Header(Kind.FLUSH, JOB, 0).pack(), SWITCH, "unexpected"),
         (Header(Kind.STATUS, JOB, 0).pack(), WORKERS[0], "unexpected"),
         (data(0, 0, [1, 2, 3, 4], index_bits=4), WORKERS[0], "bad_format"),  # a lanes job has no table
+        (data(0, 0, CONTRIB[0], lane_bits=16), WORKERS[0], "bad_format"),  # the job's lanes are 8 bits
+        (data(0, 0, CONTRIB[0], flags=Flag.MAX), WORKERS[0], "bad_format"),  # MAX is 32 bits
         (b"\xa7\x01", WORKERS[0], "malformed"),
     ]
     for packet, source, reason in drops:

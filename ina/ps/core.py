@@ -21,6 +21,9 @@ from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.ps.batch import Fields, decode
 from ina.ps.job import Chunk, ChunkFormat, JobState
 
+_MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
+_RESEND = int(Flag.RESEND)
+
 FLUSH_CAP = 1.0
 """Longest wait between two FLUSH requests for one chunk, seconds (section 6)."""
 
@@ -183,7 +186,7 @@ class ParameterServer:
         job.observe(f.seq)
         stored = job.ring.get(f.seq)
         if stored is not None:
-            if stored.is_max != bool(f.flags & Flag.MAX):
+            if stored.is_max != bool(f.flags & _MAX):
                 self._counts["mismatch"] += 1
                 return
             out.append(Datagram(stored.packet, job.workers[f.rank]))
@@ -191,9 +194,9 @@ class ParameterServer:
             return
         sums = lanes if lanes is not None else _payload(datagram)
         chunk = self._add_piece(job, f, f.bitmap, sums, now, out)
-        if chunk is not None and f.flags & Flag.RESEND:
-            status = _header(Kind.STATUS, job, chunk).with_(bitmap=chunk.pieces.held)
-            out.append(Datagram(status.pack(), job.workers[f.rank]))
+        if chunk is not None and f.flags & _RESEND:
+            status = _header(Kind.STATUS, job, chunk, bitmap=chunk.pieces.held).pack()
+            out.append(Datagram(status, job.workers[f.rank]))
             self._counts["status_sent"] += 1
 
     def _on_partial(self, job: JobState, f: Fields, datagram: Datagram, now: float, out: list[Datagram]) -> None:
@@ -218,7 +221,7 @@ class ParameterServer:
             self._counts["bad_bitmap"] += 1
             return
         job.observe(f.seq)
-        if not job.ring.put(f.seq, bool(f.flags & Flag.MAX), bytes(datagram.data)):
+        if not job.ring.put(f.seq, bool(f.flags & _MAX), bytes(datagram.data)):
             self._counts["duplicate"] += 1
             return
         self._counts["result_copies"] += 1
@@ -256,7 +259,7 @@ class ParameterServer:
         """Send the RESULT to every worker of the job and keep it for replays."""
         del job.pending[chunk.seq]
         chunk.live = False
-        packet = _header(Kind.RESULT, job, chunk).with_(bitmap=job.full).pack(chunk.pieces.result)
+        packet = _header(Kind.RESULT, job, chunk, bitmap=job.full).pack(chunk.pieces.result)
         job.ring.put(chunk.seq, bool(chunk.format.flags), packet)
         out.extend(Datagram(packet, worker) for worker in job.workers)
         self._counts["completed"] += 1
@@ -294,7 +297,8 @@ def _payload(datagram: Datagram) -> np.ndarray:
     return np.frombuffer(datagram.data, dtype=">u4", offset=HEADER_LEN)
 
 
-def _header(kind: Kind, job: JobState, chunk: Chunk) -> Header:
+def _header(kind: Kind, job: JobState, chunk: Chunk, bitmap: int = 0) -> Header:
     """A header for `chunk` of `job`: its operation, format and slot, no rank or priority."""
     fmt = chunk.format
-    return Header(kind, job.spec.job, chunk.seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits)
+    return Header(kind, job.spec.job, chunk.seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits,
+                  lane_bits=fmt.lane_bits, bitmap=bitmap)

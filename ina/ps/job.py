@@ -13,6 +13,7 @@ from ina.ps.lookup import IndexTable
 from ina.ps.pieces import PieceSet
 from ina.ps.results import ResultRing
 
+_MAX = int(Flag.MAX)
 SEQ_MASK = 0xFFFFFFFF
 HALF_SEQ = 1 << 31
 
@@ -20,14 +21,14 @@ HALF_SEQ = 1 << 31
 class ChunkFormat(NamedTuple):
     """What every piece of one chunk must agree on: operation, payload format and slot."""
 
-    flags: int  # Flag.MAX or 0
+    flags: int  # Flag.MAX or 0, as a plain int
     index_bits: int
     lane_bits: int
     slot: int
 
     @classmethod
     def of(cls, f: Fields) -> ChunkFormat:
-        return cls(f.flags & Flag.MAX, f.index_bits, f.lane_bits, f.slot)
+        return cls(f.flags & _MAX, f.index_bits, f.lane_bits, f.slot)
 
 
 class Chunk:
@@ -69,16 +70,12 @@ class JobState:
         return rank < len(self.workers) and (src == self.workers[rank] or src == self.switch)
 
     def format_ok(self, f: Fields) -> bool:
-        """Lanes are always summable; indices only with this job's table, into its lane width."""
-        if not f.index_bits:
-            return True
+        """The switch's DATA rule (lanes of the job's width, 32 for MAX), and indices only
+        with this job's table: what completes at the switch is also accepted here."""
+        if f.lane_bits != (32 if f.flags & _MAX else self.spec.lane_bits):
+            return False
         table = self.table
-        return (
-            table is not None
-            and not f.flags & Flag.MAX
-            and f.index_bits == table.index_bits
-            and f.lane_bits == table.lane_bits
-        )
+        return not f.index_bits or (table is not None and not f.flags & _MAX and f.index_bits == table.index_bits)
 
     def observe(self, seq: int) -> None:
         """Note that some worker sent chunk `seq`."""
