@@ -184,7 +184,11 @@ def test_chunks_the_window_proves_complete_are_retired_instead_of_flushed():
     send(ps, (data(1, 2, CONTRIB[1]), SWITCH), now=0.001)  # worker 1 holds chunk 0's result
     out = ps.tick(0.002)
     assert out == [] and ps.counters()["retired"] == 1
-    assert send(ps, (data(3, 0, CONTRIB[3], flags=Flag.RESEND), SWITCH)) == [] and ps.counters()["stale"] == 1
+    assert send(ps, (data(3, 0, CONTRIB[3]), SWITCH), (partial(0b0111, 0, TOTAL), SWITCH)) == []
+    # A resend of it means its RESULT reached neither worker 3 nor the PS: a full STATUS says so.
+    ((header, _, addr),) = send(ps, (data(3, 0, CONTRIB[3], flags=Flag.RESEND), SWITCH))
+    assert (header.kind, header.seq, header.bitmap, addr) == (Kind.STATUS, 0, 0b1111, WORKERS[3])
+    assert ps.counters()["stale"] == 3 and ps.jobs()[0]["pending"] == 1
 
 
 def test_sources_kinds_and_formats_are_checked():

@@ -53,13 +53,13 @@ class ParameterServer:
 
     def __init__(self, words: int, *, flush_delay: float = 0.002, piece_timeout: float = 60.0, result_retention: int = 64) -> None:
         if not 1 <= words <= (65507 - HEADER_LEN) // 4:
-            raise ValueError(f"words must be 1..{(65507 - HEADER_LEN) // 4} (one UDP datagram), got {words}")
+            raise ValueError(f"words (--words) must be 1..{(65507 - HEADER_LEN) // 4} (one UDP datagram), got {words}")
         if not flush_delay > 0:
-            raise ValueError(f"flush_delay must be positive seconds, got {flush_delay}")
+            raise ValueError(f"flush_delay (--flush-delay) must be positive seconds, got {flush_delay}")
         if not piece_timeout > 0:
-            raise ValueError(f"piece_timeout must be positive seconds, got {piece_timeout}")
+            raise ValueError(f"piece_timeout (--piece-timeout) must be positive seconds, got {piece_timeout}")
         if result_retention < 1:
-            raise ValueError(f"result_retention must be at least 1 result per job, got {result_retention}")
+            raise ValueError(f"result_retention (--result-retention) must be at least 1 result per job, got {result_retention}")
         self.words = words
         self.flush_delay = flush_delay
         self.piece_timeout = piece_timeout
@@ -192,12 +192,22 @@ class ParameterServer:
             out.append(Datagram(stored.packet, job.workers[f.rank]))
             self._counts["results_replayed"] += 1
             return
-        sums = lanes if lanes is not None else _payload(datagram)
-        chunk = self._add_piece(job, f, f.bitmap, sums, now, out)
+        if job.proven_complete(f.seq):
+            # Completed at the switch, but its RESULT reached neither this worker nor the PS:
+            # a full STATUS tells the worker so (docs/ps.md, "Lost results").
+            self._counts["stale"] += 1
+            if f.flags & _RESEND:
+                self._status(job, f, job.full, out)
+            return
+        chunk = self._add_piece(job, f, f.bitmap, lanes if lanes is not None else _payload(datagram), now, out)
         if chunk is not None and f.flags & _RESEND:
-            status = _header(Kind.STATUS, job, chunk, bitmap=chunk.pieces.held).pack()
-            out.append(Datagram(status, job.workers[f.rank]))
-            self._counts["status_sent"] += 1
+            self._status(job, f, chunk.pieces.held, out)
+
+    def _status(self, job: JobState, f: Fields, bitmap: int, out: list[Datagram]) -> None:
+        """Tell a resending worker which workers' contributions the PS holds."""
+        status = _header(Kind.STATUS, job.spec.job, f.seq, ChunkFormat.of(f), bitmap).pack()
+        out.append(Datagram(status, job.workers[f.rank]))
+        self._counts["status_sent"] += 1
 
     def _on_partial(self, job: JobState, f: Fields, datagram: Datagram, now: float, out: list[Datagram]) -> None:
         if datagram.addr != job.switch:
@@ -210,6 +220,8 @@ class ParameterServer:
             job.observe(f.seq)
             if job.ring.get(f.seq) is not None:
                 self._counts["late"] += 1
+            elif job.proven_complete(f.seq):
+                self._counts["stale"] += 1
             else:
                 self._add_piece(job, f, f.bitmap, _payload(datagram), now, out)
 
@@ -231,9 +243,6 @@ class ParameterServer:
 
     def _add_piece(self, job: JobState, f: Fields, bitmap: int, sums: np.ndarray, now: float, out: list[Datagram]) -> Chunk | None:
         """Add a piece to its chunk; the chunk if it is still incomplete, None if it completed or the piece was refused."""
-        if job.proven_complete(f.seq):
-            self._counts["stale"] += 1
-            return None
         chunk = job.pending.get(f.seq)
         if chunk is None:
             if len(job.pending) >= job.pending_cap:
@@ -259,7 +268,7 @@ class ParameterServer:
         """Send the RESULT to every worker of the job and keep it for replays."""
         del job.pending[chunk.seq]
         chunk.live = False
-        packet = _header(Kind.RESULT, job, chunk, bitmap=job.full).pack(chunk.pieces.result)
+        packet = _header(Kind.RESULT, job.spec.job, chunk.seq, chunk.format, job.full).pack(chunk.pieces.result)
         job.ring.put(chunk.seq, bool(chunk.format.flags), packet)
         out.extend(Datagram(packet, worker) for worker in job.workers)
         self._counts["completed"] += 1
@@ -285,7 +294,7 @@ class ParameterServer:
         if job.proven_complete(chunk.seq):
             self._drop(job, chunk, "retired")
             return
-        out.append(Datagram(_header(Kind.FLUSH, job, chunk).pack(), job.switch))
+        out.append(Datagram(_header(Kind.FLUSH, job.spec.job, chunk.seq, chunk.format).pack(), job.switch))
         self._counts["flush_sent"] += 1
         chunk.flush_interval = min(2 * chunk.flush_interval, FLUSH_CAP)
         chunk.flush_at = now + chunk.flush_interval
@@ -297,8 +306,6 @@ def _payload(datagram: Datagram) -> np.ndarray:
     return np.frombuffer(datagram.data, dtype=">u4", offset=HEADER_LEN)
 
 
-def _header(kind: Kind, job: JobState, chunk: Chunk, bitmap: int = 0) -> Header:
-    """A header for `chunk` of `job`: its operation, format and slot, no rank or priority."""
-    fmt = chunk.format
-    return Header(kind, job.spec.job, chunk.seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits,
-                  lane_bits=fmt.lane_bits, bitmap=bitmap)
+def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0) -> Header:
+    """A header for chunk `seq` of `job`: its operation, format and slot, no rank or priority."""
+    return Header(kind, job, seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits, bitmap=bitmap)
