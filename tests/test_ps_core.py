@@ -221,6 +221,21 @@ def test_sources_kinds_and_formats_are_checked():
     assert ps.counters()["mismatch"] == 1, "pieces of one chunk must agree on operation and format"
 
 
+def test_a_chunk_takes_at_most_2n_pieces_but_always_single_workers():
+    workers = tuple(("10.0.0.1", 5000 + r) for r in range(5))
+    ps = make_ps(make_spec(n=5, workers=workers))
+    rng = np.random.default_rng(5)
+    contributions = rng.integers(0, 2**32, size=(5, K), dtype=np.uint64).astype(np.uint32)
+    overlapping = [b for b in range(3, 0b11111, 2)][:12]  # all hold worker 0: no two are disjoint
+    for bitmap in overlapping:
+        sums = contributions[[r for r in range(5) if bitmap >> r & 1]].sum(axis=0, dtype=np.uint32)
+        assert send(ps, (partial(bitmap, 0, sums), SWITCH)) == []
+    assert ps.counters()["overloaded"] == 2 and ps.counters()["pieces"] == 10
+    out = send(ps, *[(data(r, 0, contributions[r]), workers[r]) for r in range(1, 5)])
+    assert ps.counters()["completed"] == 1  # the last singles may find the result already in the ring
+    assert {tuple(payload) for _, payload, _ in out} == {tuple(contributions.sum(axis=0, dtype=np.uint32).tolist())}
+
+
 def test_deregistration_forgets_everything_and_a_reused_job_id_starts_clean():
     ps = make_ps()
     send(ps, *[(data(r, 0, CONTRIB[r]), SWITCH) for r in range(4)])

@@ -255,6 +255,11 @@ class ParameterServer:
         elif chunk.format != ChunkFormat.of(f):
             self._counts["mismatch"] += 1
             return None
+        if bitmap & (bitmap - 1) and len(chunk.pieces) >= 2 * len(job.workers):
+            # At most n single-worker pieces exist, so this bounds a chunk's memory and cover search
+            # without ever refusing the resends that always make a cover.
+            self._counts["overloaded"] += 1
+            return chunk
         if not chunk.pieces.add(bitmap, sums):
             self._counts["duplicate"] += 1
             return chunk
