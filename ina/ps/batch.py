@@ -17,7 +17,7 @@ from ina.net.node import Datagram
 from ina.protocol import HEADER_DTYPE, HEADER_LEN, MalformedPacket, parse
 from ina.protocol.header import valid_mask
 
-VECTOR_MIN = 16
+VECTOR_MIN = 32
 
 
 class Fields(NamedTuple):
