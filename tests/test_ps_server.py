@@ -128,3 +128,46 @@ def test_command_line_rejects_a_bad_configuration():
     process = _ps_command("--listen", "nowhere", "--control", "127.0.0.1:0")
     _, err = process.communicate(timeout=30)
     assert process.returncode == 2 and "--listen must look like" in err
+
+
+def _wait_for(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_with_the_software_switch_a_preempted_chunk_completes_at_the_ps_and_results_are_replayed(server, sockets):
+    from ina.switch.config import SwitchConfig
+    from ina.switch.server import SwitchServer
+
+    with SwitchServer(SwitchConfig(pool=1, words=K, policy="esa"), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as switch:
+        a, b = sockets(2), sockets(2)
+        ps_client = ControlClient(*server.control_address)
+        for job, workers in ((1, a), (2, b)):
+            spec = JobSpec(job=job, workers=tuple(Endpoint(*w.getsockname()) for w in workers), window=1,
+                           ps=Endpoint(*server.address), switch=Endpoint(*switch.address))
+            ControlClient(*switch.control_address).register(spec)
+            ps_client.register(spec)
+        values = {(job, rank): np.full(K, 10 * job + rank, np.uint32) for job in (1, 2) for rank in (0, 1)}
+
+        def send(job, rank, priority, flags=Flag.NONE):
+            sock = (a, b)[job - 1][rank]
+            header = Header(Kind.DATA, job, 0, flags, rank=rank, priority=priority, lane_bits=8, bitmap=1 << rank)
+            sock.sendto(header.pack(values[job, rank]), switch.address)
+
+        send(1, 0, priority=1)  # job 1 claims the only slot
+        _wait_for(lambda: switch.counters()["claimed"] == 1)
+        send(2, 0, priority=5)  # job 2 preempts it: job 1's partial goes to the PS
+        _wait_for(lambda: server.counters()["rx_partial"] == 1)
+        send(1, 1, priority=1)  # redirected to the PS, which completes job 1
+        send(2, 1, priority=5)  # completes job 2 in the switch; a copy goes to the PS
+        for job, workers in ((1, a), (2, b)):
+            for sock in workers:
+                assert receive(sock)[1] == (values[job, 0] + values[job, 1]).tolist()
+        _wait_for(lambda: server.counters()["result_copies"] == 1)
+        send(2, 1, priority=5, flags=Flag.RESEND)  # its result lost: the switch forwards, the PS replays
+        assert receive(b[1])[1] == (values[2, 0] + values[2, 1]).tolist()
+        counts = server.counters()
+        assert (counts["completed"], counts["results_replayed"], counts["unregistered"]) == (1, 1, 0)
+        assert switch.counters()["preempted"] == 1
