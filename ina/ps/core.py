@@ -85,9 +85,9 @@ class ParameterServer:
     def tick(self, now: float) -> list[Datagram]:
         out: list[Datagram] = []
         while self._flushes and self._flushes[0][0] <= now:
-            due, _, job, chunk = heapq.heappop(self._flushes)
-            if chunk.live and chunk.flush_at == due:
-                self._flush(job, chunk, now, out)
+            entry = heapq.heappop(self._flushes)
+            if self._is_current(entry):
+                self._flush(entry[2], entry[3], now, out)
         for job in self._jobs.values():
             while job.pending:
                 oldest = next(iter(job.pending.values()))
