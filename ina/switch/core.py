@@ -42,6 +42,9 @@ EVENTS = (
 )
 COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
 
+# Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
+_DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), int(Flag.RESEND)
+
 _Out = list[tuple[int, list[Datagram]]]
 """Output packets, each group tagged with the position of the input packet that caused it."""
 
@@ -152,8 +155,8 @@ class SwitchCore:
         ok = valid_mask(head, batch.lengths, self.settings.words)
         self._count("malformed", ~ok)
         kind = head["kind"]
-        data = kind == Kind.DATA
-        wanted = data | (kind == Kind.FLUSH)
+        data = kind == _DATA
+        wanted = data | (kind == _FLUSH)
         self._count("unexpected", ok & ~wanted)
         ok &= wanted
 
@@ -172,7 +175,7 @@ class SwitchCore:
         ok &= right_slot
 
         flags = head["flags"]
-        op = (flags & Flag.MAX) != 0
+        op = (flags & _MAX) != 0
         lanes = np.where(op, 32, table.lane_bits[safe])
         formatted = ~data | ((head["index_bits"] == 0) & (head["lane_bits"] == lanes))
         self._count("bad_format", ok & ~formatted)
@@ -182,7 +185,7 @@ class SwitchCore:
         return _Packets(
             index=i,
             data=data[i],
-            resend=(flags[i] & Flag.RESEND) != 0,
+            resend=(flags[i] & _RESEND) != 0,
             job=row[i],
             seq=seq[i],
             slot=head["slot"][i].astype(np.int64),
@@ -204,8 +207,8 @@ class SwitchCore:
         slots = self.slots
         order = np.argsort(p.slot, kind="stable")
         slot, key, bit = p.slot[order], p.key[order], p.bit[order]
-        begin = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]])
-        length = np.diff(np.r_[begin, slot.size])
+        begin = _run_starts(slot)
+        length = np.diff(begin, append=slot.size)
         lead = key[begin]
         plain = np.minimum.reduceat(p.data[order] & ~p.resend[order] & (key == np.repeat(lead, length)), begin)
         bits = np.bitwise_or.reduceat(bit, begin)
@@ -344,10 +347,16 @@ def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
             yield np.arange(count)
         return
     order = np.argsort(slots, kind="stable")
-    ordered = slots[order]
-    positions = np.arange(count)
-    starts = np.maximum.accumulate(np.where(np.r_[True, ordered[1:] != ordered[:-1]], positions, 0))
+    begin = _run_starts(slots[order])
     occurrence = np.empty(count, dtype=np.int64)
-    occurrence[order] = positions - starts
+    occurrence[order] = np.arange(count) - np.repeat(begin, np.diff(begin, append=count))
     for n in range(int(occurrence.max()) + 1):
         yield np.flatnonzero(occurrence == n)
+
+
+def _run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal values begins in a sorted, non-empty array."""
+    change = np.empty(ordered.size, dtype=bool)
+    change[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=change[1:])
+    return np.flatnonzero(change)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,24 @@ class Slots:
         self.redirect[(self.redirect != 0) & (key_job(self.redirect) == job)] = 0
 
     def registers(self) -> dict[str, np.ndarray]:
-        """Copies of every register, for tests and the shared test vectors."""
+        """Copies of every register, for tests."""
         return {name: array.copy() for name, array in vars(self).items()}
+
+    def describe(self, slot: int) -> dict[str, Any]:
+        """One slot's registers as JSON-ready values, keys as {job, seq, max} or None (tests, test vectors)."""
+        return {
+            "key": _describe_key(self.key[slot]),
+            "prio": int(self.prio[slot]),
+            "bitmap": int(self.bitmap[slot]),
+            "value": self.value[slot].tolist(),
+            "redirect": _describe_key(self.redirect[slot]),
+            "touched": float(self.touched[slot]),
+        }
+
+
+def _describe_key(key: np.uint64) -> dict[str, Any] | None:
+    keys = np.array([key], dtype=np.uint64)
+    return {"job": int(key_job(keys)[0]), "seq": int(key_seq(keys)[0]), "max": bool(key_op(keys)[0])} if key else None
 
 
 @dataclass(frozen=True, slots=True)
