@@ -94,7 +94,7 @@ def open_socket(address: Address, buffer_bytes: int = 8 << 20) -> socket.socket:
 
 def _runs(datagrams: Sequence[Datagram], segments: int) -> list[tuple[Address, list[bytes]]]:
     """Group datagrams per destination (keeping each destination's order) into GSO runs:
-    up to `segments` datagrams of one size, the last possibly shorter, within MAX_PAYLOAD."""
+    up to `segments` datagrams of one size, the last possibly shorter (but not empty), within MAX_PAYLOAD."""
     by_destination: dict[Address, list[bytes]] = {}
     for d in datagrams:
         by_destination.setdefault(d.addr, []).append(d.data)
@@ -102,13 +102,21 @@ def _runs(datagrams: Sequence[Datagram], segments: int) -> list[tuple[Address, l
     for address, datas in by_destination.items():
         run: list[bytes] = []
         for data in datas:
-            if run and (len(run) == segments or len(data) > len(run[0]) or len(run[-1]) < len(run[0])
-                        or (len(run) + 1) * len(run[0]) > MAX_PAYLOAD):  # fmt: skip
-                runs.append((address, run))
+            if not _extends(run, len(data), segments):
+                if run:
+                    runs.append((address, run))
                 run = []
             run.append(data)
         runs.append((address, run))
     return runs
+
+
+def _extends(run: list[bytes], length: int, segments: int) -> bool:
+    """Whether a datagram of `length` bytes may join `run` as its next GSO segment."""
+    if not run or len(run) == segments:
+        return False
+    size = len(run[0])
+    return len(run[-1]) == size and 0 < length <= size and (len(run) + 1) * size <= MAX_PAYLOAD
 
 
 class BatchSocket:
