@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ina.net.node import Datagram
-from ina.net.udp import MAX_PAYLOAD, MAX_SEGMENTS, BatchSocket, UdpRunner, _runs, open_socket, parse_address
+from ina.net.udp import MAX_PAYLOAD, MAX_SEGMENTS, BatchSocket, UdpRunner, _runs, _unsent, open_socket, parse_address
 
 MODES = {"mmsg+gso": dict(mmsg=True, gso=True), "mmsg": dict(mmsg=True, gso=False), "plain": dict(mmsg=False, gso=False)}
 LOOPBACK = ("127.0.0.1", 0)
@@ -43,15 +43,20 @@ def test_batch_sockets_deliver_every_datagram_exactly_in_order_per_destination(m
 
 def test_gso_runs_group_per_destination_by_size_keeping_order():
     a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
-    sizes = [10, 10, 10, 4, 10, 12, 12]
-    datagrams = [Datagram(bytes(s), a) for s in sizes] + [Datagram(b"x", b), Datagram(bytes(10), a)]
+    sizes = [10, 10, 10, 4, 10, 12, 12, 0, 0]
+    datagrams = [Datagram(bytes([i]) * s, a) for i, s in enumerate(sizes)] + [Datagram(b"x", b), Datagram(bytes(10), a)]
+
+    def shape(runs):
+        return list(zip(runs.addresses, runs.count.tolist(), runs.size.tolist()))
+
     runs = _runs(datagrams, MAX_SEGMENTS)
-    assert [(addr, [len(d) for d in run]) for addr, run in runs] == [
-        (a, [10, 10, 10, 4]), (a, [10]), (a, [12, 12, 10]), (b, [1])]  # fmt: skip (a shorter datagram may end a run)
-    assert [len(run) for _, run in _runs([Datagram(bytes(8), a)] * 150, MAX_SEGMENTS)] == [64, 64, 22]
-    assert [len(run) for _, run in _runs([Datagram(bytes(30000), a)] * 3, MAX_SEGMENTS)] == [2, 1]
-    assert [len(run) for _, run in _runs([Datagram(bytes(8), a)] * 3, 1)] == [1, 1, 1]
-    assert [len(run) for _, run in _runs([Datagram(bytes(8), a), Datagram(b"", a), Datagram(bytes(8), a)], 64)] == [1, 1, 1]
+    assert shape(runs) == [(a, 3, 10), (a, 1, 4), (a, 1, 10), (a, 2, 12), (a, 1, 0), (a, 1, 0), (a, 1, 10), (b, 1, 1)]
+    assert runs.payload == b"".join(d.data for d in datagrams if d.addr == a) + b"x"
+    assert runs.length.tolist() == [30, 4, 10, 24, 0, 0, 10, 1]
+    assert shape(_runs([Datagram(bytes(8), a)] * 150, MAX_SEGMENTS)) == [(a, 64, 8), (a, 64, 8), (a, 22, 8)]
+    assert shape(_runs([Datagram(bytes(30000), a)] * 3, MAX_SEGMENTS)) == [(a, 2, 30000), (a, 1, 30000)]
+    assert shape(_runs([Datagram(bytes(8), a)] * 3, 1)) == [(a, 1, 8)] * 3
+    assert [(d.data, d.addr) for d in _unsent(runs, 5)] == [(b"", a), (bytes(10), a), (b"x", b)]  # the GSO fallback
 
 
 class Recorder:

@@ -24,6 +24,8 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable, Sequence
 
 import numpy as np
@@ -37,7 +39,6 @@ _SOL_UDP, _UDP_SEGMENT, _UDP_GRO = 17, 103, 104
 _SOCKADDR_IN = 16
 _CMSG_SPACE = 24  # room for one cmsghdr (16 bytes) carrying an int
 _MSG_DONTWAIT = 0x40
-_SEND_CHUNK = 1024  # UIO_MAXIOV: sendmmsg's limit per call
 
 # struct mmsghdr on LP64 Linux: struct msghdr (56 bytes) then unsigned int msg_len, padded to 64.
 _MMSGHDR = np.dtype(
@@ -92,31 +93,39 @@ def open_socket(address: Address, buffer_bytes: int = 8 << 20) -> socket.socket:
     return sock
 
 
-def _runs(datagrams: Sequence[Datagram], segments: int) -> list[tuple[Address, list[bytes]]]:
-    """Group datagrams per destination (keeping each destination's order) into GSO runs:
-    up to `segments` datagrams of one size, the last possibly shorter (but not empty), within MAX_PAYLOAD."""
-    by_destination: dict[Address, list[bytes]] = {}
-    for d in datagrams:
-        by_destination.setdefault(d.addr, []).append(d.data)
-    runs: list[tuple[Address, list[bytes]]] = []
-    for address, datas in by_destination.items():
-        run: list[bytes] = []
-        for data in datas:
-            if not _extends(run, len(data), segments):
-                if run:
-                    runs.append((address, run))
-                run = []
-            run.append(data)
-        runs.append((address, run))
-    return runs
+@dataclass(frozen=True, slots=True)
+class _Runs:
+    """Datagrams regrouped for sending: `payload` holds them back to back, stably sorted by
+    destination; run i is `count[i]` datagrams of `size[i]` bytes (its GSO segment size) to
+    `addresses[i]`, totalling `length[i]` bytes."""
+
+    payload: bytes
+    addresses: list[Address]
+    count: np.ndarray
+    size: np.ndarray
+    length: np.ndarray
 
 
-def _extends(run: list[bytes], length: int, segments: int) -> bool:
-    """Whether a datagram of `length` bytes may join `run` as its next GSO segment."""
-    if not run or len(run) == segments:
-        return False
-    size = len(run[0])
-    return len(run[-1]) == size and 0 < length <= size and (len(run) + 1) * size <= MAX_PAYLOAD
+def _runs(datagrams: Sequence[Datagram], segments: int) -> _Runs:
+    """Consecutive datagrams of one size to one destination, up to `segments` of them within
+    MAX_PAYLOAD, form a run (each destination's order kept; an empty datagram is a run alone)."""
+    index: dict[Address, int] = {}
+    destination = np.array([index.setdefault(a, len(index)) for a in map(attrgetter("addr"), datagrams)], dtype=np.int64)
+    datas = list(map(attrgetter("data"), datagrams))
+    order = np.argsort(destination, kind="stable")
+    destination = destination[order]
+    size = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))[order]
+    group = np.empty(size.size, dtype=bool)
+    group[0] = True
+    group[1:] = (destination[1:] != destination[:-1]) | (size[1:] != size[:-1])
+    starts = np.flatnonzero(group)
+    position = np.arange(size.size) - np.repeat(starts, np.diff(starts, append=size.size))
+    cap = np.minimum(segments, MAX_PAYLOAD // np.maximum(size, 1))
+    begin = np.flatnonzero(group | (position % np.maximum(cap, 1) == 0) | (size == 0))
+    count = np.diff(begin, append=size.size)
+    addresses = list(index)
+    return _Runs(b"".join([datas[i] for i in order.tolist()]), [addresses[d] for d in destination[begin].tolist()],
+                 count, size[begin], size[begin] * count)  # fmt: skip
 
 
 class BatchSocket:
@@ -198,11 +207,7 @@ class BatchSocket:
         """Send every datagram (blocking while the socket buffer is full); returns how many the kernel refused."""
         if not self.mmsg:
             return self._send_plain(datagrams)
-        runs = _runs(datagrams, MAX_SEGMENTS if self.gso else 1)
-        refused = 0
-        for start in range(0, len(runs), _SEND_CHUNK):
-            refused += self._send_runs(runs[start : start + _SEND_CHUNK])
-        return refused
+        return self._send_runs(_runs(datagrams, MAX_SEGMENTS if self.gso else 1)) if datagrams else 0
 
     def _send_plain(self, datagrams: Sequence[Datagram]) -> int:
         refused = 0
@@ -221,16 +226,15 @@ class BatchSocket:
             packed = self._sockaddrs[address] = socket.AF_INET.to_bytes(2, sys.byteorder) + port.to_bytes(2, "big") + ip + bytes(8)
         return packed
 
-    def _send_runs(self, runs: list[tuple[Address, list[bytes]]]) -> int:
-        """One sendmmsg per up to 1024 runs; a run of several datagrams is one GSO message."""
-        count = len(runs)
-        payload = b"".join([data for _, datas in runs for data in datas])
-        names = b"".join([self._sockaddr(address) for address, _ in runs])
-        lengths = np.array([sum(map(len, datas)) for _, datas in runs], dtype=np.uint64)
-        segment = np.array([len(datas[0]) if len(datas) > 1 else 0 for _, datas in runs], dtype=np.int64)
+    def _send_runs(self, runs: _Runs) -> int:
+        """sendmmsg until every run is out (the kernel takes at most 1024 per call); a run of
+        several datagrams is one GSO message."""
+        count = runs.count.size
+        names = b"".join([self._sockaddr(address) for address in runs.addresses])
+        segment = np.where(runs.count > 1, runs.size, 0)
         controls = np.zeros(count, dtype=_CMSG)
         controls["len"], controls["level"], controls["type"], controls["value"] = 18, _SOL_UDP, _UDP_SEGMENT, segment
-        headers, iov = _message_array(_address_of(names), _address_of(payload), lengths,
+        headers, iov = _message_array(_address_of(names), _address_of(runs.payload), runs.length.astype(np.uint64),
                                       controls.ctypes.data, np.where(segment > 0, _CMSG_SPACE, 0))  # fmt: skip
         sent, refused = 0, 0
         while sent < count:
@@ -241,11 +245,23 @@ class BatchSocket:
                     continue
                 if segment[sent] > 0 and error in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EMSGSIZE):
                     self.gso = False  # this path cannot segment: send the rest one datagram at a time
-                    return refused + self._send_plain([Datagram(d, a) for a, datas in runs[sent:] for d in datas])
-                refused, done = refused + len(runs[sent][1]), 1  # this message cannot go (e.g. no route): skip it
+                    return refused + self._send_plain(_unsent(runs, sent))
+                refused, done = refused + int(runs.count[sent]), 1  # this message cannot go (e.g. no route): skip it
             sent += done
-        del payload, names, controls, iov  # alive until here: the kernel read through their addresses
+        del names, controls, iov  # alive until here: the kernel read through their addresses
         return refused
+
+
+def _unsent(runs: _Runs, first_run: int) -> list[Datagram]:
+    """The datagrams of runs `first_run`... again, as datagrams."""
+    sizes = np.repeat(runs.size[first_run:], runs.count[first_run:]).tolist()
+    addresses = [a for a, n in zip(runs.addresses[first_run:], runs.count[first_run:].tolist()) for _ in range(n)]
+    start = int(runs.length[:first_run].sum())
+    out = []
+    for size, address in zip(sizes, addresses):
+        out.append(Datagram(runs.payload[start : start + size], address))
+        start += size
+    return out
 
 
 def _address_of(data: bytes) -> int:

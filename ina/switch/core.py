@@ -219,11 +219,8 @@ class SwitchCore:
         ok = plain & distinct & (lead != slots.redirect[s]) & fits
         r = np.flatnonzero(ok)
         if r.size:
-            payload = batch.payload[p.index[order]]
             is_max = key_op(lead[r])
-            folded = np.add.reduceat(payload, begin, axis=0, dtype=np.uint32)[r]
-            if is_max.any():
-                folded[is_max] = np.maximum.reduceat(payload, begin, axis=0)[r][is_max]
+            folded = _fold(batch.payload[p.index[order]], begin, length, r, is_max)
             prio = np.maximum.reduceat(p.prio[order], begin)[r]
             claimed = held[r] == 0
             self._merge(s[r], ~claimed, folded, bits[r], prio, lead[r], is_max, now)
@@ -284,11 +281,16 @@ class SwitchCore:
             self._count(name, mask)
 
     def _merge(self, s: np.ndarray, held: np.ndarray, payload: np.ndarray, bits: np.ndarray, prio: np.ndarray,
-               key: np.ndarray, is_max: np.ndarray, now: float) -> None:
+               key: np.ndarray, is_max: np.ndarray, now: float) -> None:  # fmt: skip
         """Fold contributions into slots `s`: onto the partial where `held`, else into a fresh claim."""
         slots = self.slots
-        base = np.where(held[:, None], slots.value[s], np.uint32(0))
-        slots.value[s] = np.where(is_max[:, None], np.maximum(base, payload), base + payload)
+        if is_max.any() or (held.any() and not held.all()):
+            base = np.where(held[:, None], slots.value[s], np.uint32(0))
+            slots.value[s] = np.where(is_max[:, None], np.maximum(base, payload), base + payload)
+        elif held.all():  # the common cases take one pass over the payload
+            slots.value[s] += payload
+        else:
+            slots.value[s] = payload
         slots.bitmap[s] = np.where(held, slots.bitmap[s], np.uint32(0)) | bits
         slots.prio[s] = np.maximum(np.where(held, slots.prio[s], 0), prio)
         slots.key[s] = key
@@ -352,6 +354,23 @@ def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
     occurrence[order] = np.arange(count) - np.repeat(begin, np.diff(begin, append=count))
     for n in range(int(occurrence.max()) + 1):
         yield np.flatnonzero(occurrence == n)
+
+
+def _fold(payload: np.ndarray, begin: np.ndarray, length: np.ndarray, runs: np.ndarray, is_max: np.ndarray) -> np.ndarray:
+    """Sums (or maxima, where `is_max`) of payload rows over the runs `runs` (payload rows sorted by run).
+
+    Sums come from a running sum modulo 2**32 (a difference of two prefix sums is the run's sum,
+    wraps included), which is one pass where reduceat over rows is slow."""
+    last = begin + length - 1
+    if length.max() == 1:
+        return payload[begin[runs]]
+    prefix = np.cumsum(payload, axis=0, dtype=np.uint32)
+    folded = prefix[last[runs]]
+    after_first = begin[runs] > 0
+    folded[after_first] -= prefix[begin[runs][after_first] - 1]
+    if is_max.any():
+        folded[is_max] = np.maximum.reduceat(payload, begin, axis=0)[runs][is_max]
+    return folded
 
 
 def _run_starts(ordered: np.ndarray) -> np.ndarray:
