@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from itertools import repeat
 from operator import attrgetter
 from typing import Callable, Sequence
 
@@ -178,11 +179,11 @@ class BatchSocket:
         names = self._names[:count]
         keys = (names[:, 4:8].view(">u4").ravel().astype(np.int64) << 16) | names[:, 2:4].view(">u2").ravel()
         flat = memoryview(self._buffers.reshape(-1))
-        received = []
+        received: list[Datagram] = []
         for at, length, size, key in zip(range(0, count * MAX_DATAGRAM, MAX_DATAGRAM), lengths.tolist(), sizes.tolist(), keys.tolist()):
-            source = self._source(key)
-            for start in range(at, at + max(length, 1), size or 1):  # a 0-byte datagram is one too
-                received.append(Datagram(flat[start : min(start + size, at + length)].tobytes(), source))
+            blob = flat[at : at + length].tobytes()
+            pieces = [blob[i : i + size] for i in range(0, length, size)] if length > size else [blob]
+            received.extend(map(Datagram, pieces, repeat(self._source(key), len(pieces))))
         return received
 
     def _source(self, key: int) -> Address:

@@ -10,6 +10,7 @@ output packets, in order) is exactly that of processing the packets one at a tim
 from __future__ import annotations
 
 import threading
+from itertools import chain, repeat
 from operator import itemgetter
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
@@ -120,7 +121,7 @@ class SwitchCore:
             for rows in _rounds(rest.slot):
                 self._apply(rest.take(rows), batch, now, out)
             out.sort(key=itemgetter(0))  # stable: a packet's PARTIAL stays before its RESULT
-            sent = [d for _, group in out for d in group]
+            sent = list(chain.from_iterable(map(itemgetter(1), out)))
             self._counts["rx_packets"] += len(datagrams)
             self._counts["tx_packets"] += len(sent)
             return sent
@@ -330,11 +331,8 @@ class SwitchCore:
         op = key_op(key)
         lanes = np.where(op, 32, table.lane_bits[row])
         packets = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
-        sent = []
-        for data, r in zip(packets, row.tolist()):
-            targets = [*table.worker_addrs[r], table.ps_addr[r]] if to_workers else [table.ps_addr[r]]
-            sent.append([Datagram(data, addr) for addr in targets])
-        return sent
+        targets = table.result_addrs if to_workers else table.ps_addrs
+        return [list(map(Datagram, repeat(data), targets[r])) for data, r in zip(packets, row.tolist())]
 
     @staticmethod
     def _deliver(out: _Out, index: np.ndarray, groups: list[list[Datagram]]) -> None:

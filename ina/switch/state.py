@@ -137,7 +137,8 @@ class Jobs:
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
         self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
         self.ps_addr: list[Address] = []
-        self.worker_addrs: list[list[Address]] = []
+        self.ps_addrs: list[tuple[Address]] = []  # where a PARTIAL goes
+        self.result_addrs: list[tuple[Address, ...]] = []  # where a RESULT goes: the workers by rank, then the PS
         for i, entry in enumerate(entries):
             spec = entry.spec
             assert spec.ps is not None
@@ -150,7 +151,8 @@ class Jobs:
             self.ps_id[i] = self.address_ids[spec.ps.addr]
             self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
             self.ps_addr.append(spec.ps.addr)
-            self.worker_addrs.append([w.addr for w in spec.workers])
+            self.ps_addrs.append((spec.ps.addr,))
+            self.result_addrs.append((*(w.addr for w in spec.workers), spec.ps.addr))
 
 
 def _check_registration(spec: JobSpec, pool: int, entries: dict[int, JobEntry]) -> None:
