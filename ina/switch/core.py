@@ -10,14 +10,13 @@ output packets, in order) is exactly that of processing the packets one at a tim
 from __future__ import annotations
 
 import threading
-from itertools import chain, repeat
-from operator import itemgetter
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ina.control import JobSpec
+from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.protocol import Flag, Kind
 from ina.protocol.header import valid_mask
@@ -46,8 +45,34 @@ COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
 # Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
 _DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), int(Flag.RESEND)
 
-_Out = list[tuple[int, list[Datagram]]]
-"""Output packets, each group tagged with the position of the input packet that caused it."""
+
+
+class _Out:
+    """Output packets as they are decided: rows of encoded packets, each tagged with the position
+    of the input packet that caused it and a target set (section "Jobs": a job's RESULT set, or its PS)."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, cause: np.ndarray, rows: np.ndarray, target: np.ndarray) -> None:
+        if cause.size:
+            self.blocks.append((cause, rows, target))
+
+    def frames(self, table: Jobs) -> Frames:
+        """Every row to every address of its target set, in the order of the input packets (stable:
+        a packet's PARTIAL stays before its RESULT), a set's addresses in order."""
+        if not self.blocks:
+            return Frames.empty()
+        cause, rows, target = (np.concatenate(parts) for parts in zip(*self.blocks))
+        order = np.argsort(cause, kind="stable")
+        rows, target = rows[order], target[order]
+        fanout = table.set_size[target]
+        total = int(fanout.sum())
+        within = np.arange(total) - np.repeat(np.cumsum(fanout) - fanout, fanout)
+        peer = table.set_members[np.repeat(table.set_start[target], fanout) + within]
+        size = rows.shape[1]
+        start = np.repeat(np.arange(len(rows), dtype=np.int64) * size, fanout)
+        return Frames(rows.reshape(-1), start, np.full(total, size, dtype=np.int64), peer, table.addresses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +136,21 @@ class SwitchCore:
     # -- data plane ----------------------------------------------------------------------
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        if not datagrams:
-            return []
+        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        """`receive` without a Python object per packet: what `UdpRunner` calls."""
+        if not len(frames):
+            return Frames.empty()
         with self._lock:
-            batch = decode(datagrams, self.settings.words, self.table.address_ids)
-            out: _Out = []
+            batch = decode(frames, self.settings.words, self.table.address_ids)
+            out = _Out()
             packets = self._admit(batch)
             rest = packets.take(self._aggregate_runs(packets, batch, now, out))
             for rows in _rounds(rest.slot):
                 self._apply(rest.take(rows), batch, now, out)
-            out.sort(key=itemgetter(0))  # stable: a packet's PARTIAL stays before its RESULT
-            sent = list(chain.from_iterable(map(itemgetter(1), out)))
-            self._counts["rx_packets"] += len(datagrams)
+            sent = out.frames(self.table)
+            self._counts["rx_packets"] += len(frames)
             self._counts["tx_packets"] += len(sent)
             return sent
 
@@ -131,12 +159,14 @@ class SwitchCore:
         with self._lock:
             slots = self.slots
             idle = np.flatnonzero((slots.key != 0) & (now - slots.touched >= self.settings.slot_timeout))
-            if not idle.size:
-                return []
-            sent = [d for group in self._evict(idle) for d in group]
+            out = _Out()
+            out.add(idle, *self._partials(idle, slots.key[idle]))
+            slots.redirect[idle] = slots.key[idle]
+            slots.key[idle] = 0
+            sent = out.frames(self.table)
             self._counts["swept"] += idle.size
             self._counts["tx_packets"] += len(sent)
-            return sent
+            return sent.datagrams()
 
     def next_deadline(self) -> float | None:
         with self._lock:
@@ -256,7 +286,7 @@ class SwitchCore:
         flush_hit = flush & (key == p.key)
 
         evict = resend_flush | stale | preempt | flush_hit
-        self._deliver(out, p.index[evict], self._partials(s[evict], key[evict]))
+        out.add(p.index[evict], *self._partials(s[evict], key[evict]))
         slots.key[s[resend_flush | flush_hit]] = 0
         to_self = resend_flush | flush | collision
         slots.redirect[s[to_self]] = p.key[to_self]
@@ -269,8 +299,7 @@ class SwitchCore:
         self._complete(s[g], p.job[g], p.index[g], out)
 
         forward = redirected | (free & p.resend) | (same_job & ~stale) | (other_job & p.resend) | collision
-        ps = self.table.ps_addr
-        out.extend((i, [Datagram(batch.data[i], ps[row])]) for i, row in zip(p.index[forward].tolist(), p.job[forward].tolist()))
+        out.add(p.index[forward], batch.raw[p.index[forward]], 2 * p.job[forward] + 1)  # unchanged, to the job's PS
 
         for name, mask in (
             ("redirected", redirected), ("duplicate", duplicate), ("flushed", resend_flush),
@@ -300,43 +329,29 @@ class SwitchCore:
     def _complete(self, s: np.ndarray, job: np.ndarray, index: np.ndarray, out: _Out) -> None:
         """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free."""
         done = self.slots.bitmap[s] == self.table.full[job]
-        self._deliver(out, index[done], self._results(s[done]))
+        out.add(index[done], *self._results(s[done]))
         self.slots.key[s[done]] = 0
         self._count("completed", done)
 
-    def _evict(self, s: np.ndarray) -> list[list[Datagram]]:
-        """Send partials to their PS, free the slots and redirect their chunks' late packets."""
-        key = self.slots.key[s]
-        sent = self._partials(s, key)
-        self.slots.redirect[s] = key
-        self.slots.key[s] = 0
-        return sent
-
-    def _partials(self, s: np.ndarray, key: np.ndarray) -> list[list[Datagram]]:
-        """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each to its job's PS."""
+    def _partials(self, s: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each for its job's PS."""
         slots = self.slots
-        return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s], to_workers=False)
+        return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s])
 
-    def _results(self, s: np.ndarray) -> list[list[Datagram]]:
-        """RESULTs of completed slots `s`: to every worker of the job, then a copy to its PS."""
+    def _results(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """RESULTs of completed slots `s`, each for every worker of the job, then its PS."""
         slots = self.slots
-        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s], to_workers=True)
+        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s])
 
-    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray, to_workers: bool) -> list[list[Datagram]]:
-        if not s.size:
-            return []
+    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Encoded packets for slots `s` and their target sets (a job's RESULT set, or its PS)."""
         table = self.table
         job = key_job(key)
         row = table.index[job]
         op = key_op(key)
         lanes = np.where(op, 32, table.lane_bits[row])
-        packets = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
-        targets = table.result_addrs if to_workers else table.ps_addrs
-        return [list(map(Datagram, repeat(data), targets[r])) for data, r in zip(packets, row.tolist())]
-
-    @staticmethod
-    def _deliver(out: _Out, index: np.ndarray, groups: list[list[Datagram]]) -> None:
-        out.extend(zip(index.tolist(), groups))
+        rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
+        return rows, 2 * row + (kind == Kind.PARTIAL)
 
 
 def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
