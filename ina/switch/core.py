@@ -64,14 +64,14 @@ class _Out:
         if not self.blocks:
             return Frames.empty()
         cause, rows, target = (np.concatenate(parts) for parts in zip(*self.blocks))
-        order = np.argsort(cause, kind="stable")
-        rows, target = rows[order], target[order]
+        order = np.argsort(cause, kind="stable")  # rows stay where they are: frames point at them in order
+        target = target[order]
         fanout = table.set_size[target]
         total = int(fanout.sum())
         within = np.arange(total) - np.repeat(np.cumsum(fanout) - fanout, fanout)
         peer = table.set_members[np.repeat(table.set_start[target], fanout) + within]
         size = rows.shape[1]
-        start = np.repeat(np.arange(len(rows), dtype=np.int64) * size, fanout)
+        start = np.repeat(order * size, fanout)
         return Frames(rows.reshape(-1), start, np.full(total, size, dtype=np.int64), peer, table.addresses)
 
 
@@ -370,19 +370,19 @@ def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
 
 
 def _fold(payload: np.ndarray, begin: np.ndarray, length: np.ndarray, runs: np.ndarray, is_max: np.ndarray) -> np.ndarray:
-    """Sums (or maxima, where `is_max`) of payload rows over the runs `runs` (payload rows sorted by run).
+    """Sums modulo 2**32 (maxima where `is_max`) of payload rows over the runs `runs` (rows sorted by run).
 
-    Sums come from a running sum modulo 2**32 (a difference of two prefix sums is the run's sum,
-    wraps included), which is one pass where reduceat over rows is slow."""
-    last = begin + length - 1
-    if length.max() == 1:
-        return payload[begin[runs]]
-    prefix = np.cumsum(payload, axis=0, dtype=np.uint32)
-    folded = prefix[last[runs]]
-    after_first = begin[runs] > 0
-    folded[after_first] -= prefix[begin[runs][after_first] - 1]
-    if is_max.any():
-        folded[is_max] = np.maximum.reduceat(payload, begin, axis=0)[runs][is_max]
+    Position by position: one vectorized pass per position of the longest run, and runs are
+    short (at most one packet per worker), where reduceat over rows is slow."""
+    start, count = begin[runs], length[runs]
+    folded = payload[start]
+    for position in range(1, int(count.max())):
+        longer = np.flatnonzero(count > position)
+        rows = payload[start[longer] + position]
+        if is_max.any():
+            folded[longer] = np.where(is_max[longer, None], np.maximum(folded[longer], rows), folded[longer] + rows)
+        else:
+            folded[longer] += rows
     return folded
 
 
