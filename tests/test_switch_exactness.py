@@ -17,6 +17,7 @@ from switch_support import Rig, job_spec, ps_addr, worker_addr
 
 from ina.net.node import Address, Datagram
 from ina.protocol import Kind, parse
+from ina.switch import OUTCOMES
 
 SWITCH: Address = ("127.0.0.1", 47100)
 WORDS = 4
@@ -225,6 +226,7 @@ def test_garbage_is_dropped_and_counted_and_aggregation_stays_exact():
             assert np.array_equal(result, expected(w, seq, workers))
     counters = rig.core.counters()
     assert counters["malformed"] > 0 and counters["unregistered"] > 0
+    assert counters["rx_packets"] == sum(counters[name] for name in OUTCOMES)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,10 +1,18 @@
 """The switch's per-packet algorithm (docs/protocol.md, section 5) as a sans-IO `Node`, vectorized.
 
-A batch is validated with masks in one pass. Packets that reach the slots are then applied
-in rounds: each round takes the first remaining packet of every distinct slot, so within a
-round every slot is touched once and the state transition is a handful of masked numpy
-operations. Slots are independent of each other, so the outcome (state, counters and the
-output packets, in order) is exactly that of processing the packets one at a time.
+A batch is validated with masks in one pass. Packets that reach the slots take one of two
+routes, both equal to processing the packets one at a time in arrival order:
+
+- runs: a slot whose packets in the batch are all first transmissions of one chunk with
+  distinct ranks (the common case) is folded with a few segment operations;
+- rounds: every other packet is applied in rounds, each taking the first remaining packet
+  of every distinct slot, so a round touches a slot once and the state transition of
+  section 5 is a handful of masked numpy operations.
+
+Slots are independent of each other, so state, counters and the output packets (in input
+order) are exactly those of one-at-a-time processing; tests/test_switch_batch.py checks it.
+Packets come in and go out as `Frames` (one buffer, no Python object per packet); the
+`Node` methods convert from and to `Datagram` lists.
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ EVENTS = (
     "swept",
 )
 COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
+OUTCOMES = (*DROPS, "redirected", "flushed", "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests")
+"""Every received packet is counted under exactly one of these: they sum to rx_packets
+(stale and preempted packets also claim; completed, flush_hits and swept are further events)."""
 
 # Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
 _DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), int(Flag.RESEND)
