@@ -101,7 +101,6 @@ class Worker:
     job: int
     rank: int
     chunks: int
-    rng: np.random.Generator
     next_seq: int = 0
     outstanding: dict = field(default_factory=dict)  # seq -> (deadline, rto)
     delivered: dict = field(default_factory=dict)
@@ -141,7 +140,7 @@ def simulate(policy: str, seed: int, drop: float, duplicate: float, garbage: flo
     for job, workers, window in ((1, 2, 2), (2, 3, 3), (3, 4, 2)):
         rig.register(job_spec(job, workers=workers, window=window, lane_bits=32))
     ps = MiniPS(rig)
-    workers = [Worker(rig, job, r, chunks, rng) for job, spec in rig.specs.items() for r in range(spec.fanin)]
+    workers = [Worker(rig, job, r, chunks) for job, spec in rig.specs.items() for r in range(spec.fanin)]
     by_addr = {worker_addr(w.job, w.rank): w for w in workers}
     in_flight: list = []  # (arrival, order, destination, datagram)
     order = itertools.count()
