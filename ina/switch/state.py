@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +61,24 @@ class Slots:
         self.redirect[(self.redirect != 0) & (key_job(self.redirect) == job)] = 0
 
     def registers(self) -> dict[str, np.ndarray]:
-        """Copies of every register, for tests and the shared test vectors."""
+        """Copies of every register, for tests."""
         return {name: array.copy() for name, array in vars(self).items()}
+
+    def describe(self, slot: int) -> dict[str, Any]:
+        """One slot's registers as JSON-ready values, keys as {job, seq, max} or None (tests, test vectors)."""
+        return {
+            "key": _describe_key(self.key[slot]),
+            "prio": int(self.prio[slot]),
+            "bitmap": int(self.bitmap[slot]),
+            "value": self.value[slot].tolist(),
+            "redirect": _describe_key(self.redirect[slot]),
+            "touched": float(self.touched[slot]),
+        }
+
+
+def _describe_key(key: np.uint64) -> dict[str, Any] | None:
+    keys = np.array([key], dtype=np.uint64)
+    return {"job": int(key_job(keys)[0]), "seq": int(key_seq(keys)[0]), "max": bool(key_op(keys)[0])} if key else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +125,8 @@ class Jobs:
 
     def _rebuild(self) -> None:
         entries = list(self.entries.values())
-        addresses = {ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps)}
-        self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(sorted(addresses))}
+        self.addresses: list[Address] = sorted({ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps)})
+        self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(self.addresses)}
         count = max(len(entries), 1)
         self.index = np.full(1 << 16, -1, dtype=np.int64)
         self.fanin = np.zeros(count, dtype=np.int64)
@@ -119,8 +136,7 @@ class Jobs:
         self.lane_bits = np.zeros(count, dtype=np.int64)
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
         self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
-        self.ps_addr: list[Address] = []
-        self.worker_addrs: list[list[Address]] = []
+        members: list[list[int]] = []  # target set 2r: job row r's RESULT (workers by rank, then the PS); 2r + 1: its PS
         for i, entry in enumerate(entries):
             spec = entry.spec
             assert spec.ps is not None
@@ -132,8 +148,10 @@ class Jobs:
             self.lane_bits[i] = spec.lane_bits
             self.ps_id[i] = self.address_ids[spec.ps.addr]
             self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
-            self.ps_addr.append(spec.ps.addr)
-            self.worker_addrs.append([w.addr for w in spec.workers])
+            members += [[*self.worker_id[i, : spec.fanin].tolist(), int(self.ps_id[i])], [int(self.ps_id[i])]]
+        self.set_size = np.array([len(m) for m in members] or [0], dtype=np.int64)
+        self.set_start = np.cumsum(self.set_size) - self.set_size
+        self.set_members = np.array([a for m in members for a in m], dtype=np.int64)
 
 
 def _check_registration(spec: JobSpec, pool: int, entries: dict[int, JobEntry]) -> None:
