@@ -8,15 +8,15 @@ simulator that the property tests and the contention benchmark use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 Address = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Datagram:
-    """A UDP payload and its peer: the source when received, the destination when sent."""
+class Datagram(NamedTuple):
+    """A UDP payload and its peer: the source when received, the destination when sent.
+
+    A tuple, because nodes build one per packet on their hot paths."""
 
     data: bytes
     addr: Address
