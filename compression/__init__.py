@@ -1,1 +1,16 @@
-"""THC (Tensor Homomorphic Compression) codec, imported as ``ina.compression``."""
+"""THC (Tensor Homomorphic Compression) codec, imported as ``ina.compression``.
+
+Standalone: imports nothing else of ``ina``.
+"""
+from .config import THCConfig
+from .lanes import collective_sum_dtype, sum_lane_bits
+from .table import clip_threshold, thc_table, uniform_table
+
+__all__ = [
+    "THCConfig",
+    "clip_threshold",
+    "collective_sum_dtype",
+    "sum_lane_bits",
+    "thc_table",
+    "uniform_table",
+]
