@@ -4,13 +4,16 @@ Standalone: imports nothing else of ``ina``.
 """
 from .config import THCConfig
 from .lanes import collective_sum_dtype, sum_lane_bits
+from .packing import pack_bits, unpack_bits
 from .table import clip_threshold, thc_table, uniform_table
 
 __all__ = [
     "THCConfig",
     "clip_threshold",
     "collective_sum_dtype",
+    "pack_bits",
     "sum_lane_bits",
     "thc_table",
     "uniform_table",
+    "unpack_bits",
 ]
