@@ -9,7 +9,7 @@ native = Extension(
     "ina.compression._native",
     sources=["compression/_native.c"],
     # -ffp-contract=off: no FMA contraction, so the kernels round exactly like the torch path.
-    extra_compile_args=["-O3", "-ffp-contract=off", "-pthread"],
+    extra_compile_args=["-O3", "-ffp-contract=off", "-pthread", "-Wno-psabi"],
     extra_link_args=["-pthread"],
     optional=True,
 )

@@ -20,45 +20,78 @@
 #define SIMD
 #endif
 
+/* Helpers are inlined into each target clone so that they get its instruction set too. */
+#define INLINE static inline __attribute__((always_inline))
+
 #define MAX_THREADS 64
 #define TILE 256 /* elements processed per inner pass: small enough for L1, long enough to vectorize */
 #define ELEMENT_GRAIN 65536 /* least elements worth a thread */
-#define BLOCK_GRAIN 16384   /* least transform elements worth a thread */
+#define GROUP_GRAIN 65536   /* least transform elements worth a thread */
 
 /* GCC vector extensions: 8 lanes, lowered to AVX2 or SSE2 by the target clone. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint8_t v8b __attribute__((vector_size(8)));
 typedef uint8_t v16b __attribute__((vector_size(16)));
-typedef float v16f __attribute__((vector_size(64)));
+typedef uint8_t v32b __attribute__((vector_size(32)));
 
-static inline v8f load8(const float *p) {
+INLINE v8f load8(const float *p) {
     v8f v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
+INLINE void store8(float *p, v8f v) { memcpy(p, &v, sizeof v); }
 
 /* ---- counter-based stream (rng.py) ---- */
 
-static inline v8u mix32(v8u x) {
-    x ^= x >> 16;
-    x *= 0x21F0AAADu;
-    x ^= x >> 15;
-    x *= 0xD35A2D97u;
-    x ^= x >> 15;
+/* The 32-bit mixer, written once for scalars and 8-lane vectors. */
+#define MIX32(x)           \
+    do {                   \
+        (x) ^= (x) >> 16;  \
+        (x) *= 0x21F0AAADu; \
+        (x) ^= (x) >> 15;  \
+        (x) *= 0xD35A2D97u; \
+        (x) ^= (x) >> 15;  \
+    } while (0)
+
+INLINE uint32_t stream(uint32_t index, uint32_t k0, uint32_t k1) {
+    uint32_t x = index ^ k0;
+    MIX32(x);
+    x ^= k1;
+    MIX32(x);
     return x;
 }
 
-/* Stream words of the 8 consecutive indices first..first+7. */
-static inline v8u stream8(uint32_t first, uint32_t k0, uint32_t k1) {
-    v8u index = (v8u){0, 1, 2, 3, 4, 5, 6, 7} + first;
-    return mix32(mix32(index ^ k0) ^ k1);
+/* stream() of 8 indices at once. */
+INLINE v8u stream8(v8u index, uint32_t k0, uint32_t k1) {
+    v8u x = index ^ k0;
+    MIX32(x);
+    x ^= k1;
+    MIX32(x);
+    return x;
 }
 
-/* Multiply by -1 where the word's top bit is set: exactly x * (1 - 2 * (word >> 31)). */
-static inline v8f flip8(v8f x, v8u word) { return (v8f)((v8u)x ^ (word & 0x80000000u)); }
+static const v8u IOTA = {0, 1, 2, 3, 4, 5, 6, 7};
+
+/* Signs (rng.signs): position p flips where bit p % 32 of stream word p / 32 is set. Masks carry
+ * that bit in bit 31, ready to XOR onto a float. */
+INLINE uint32_t sign_mask(uint32_t p, uint32_t k0, uint32_t k1) { return (stream(p >> 5, k0, k1) >> (p & 31)) << 31; }
+
+/* Masks of positions p .. p + 7 (p % 8 == 0, so they share the stream word `word`). */
+INLINE v8u sign_mask8(uint32_t word, uint32_t p) { return (((v8u){0} + word) >> (IOTA + (p & 31))) << 31; }
+
+/* Flip the sign where the mask says: exactly x * -1 or x * 1. */
+INLINE float flip(float x, uint32_t mask) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits ^= mask;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+INLINE v8f flip8(v8f x, v8u mask) { return (v8f)((v8u)x ^ mask); }
 
 /* ---- fork-join over [0, count) ---- */
 
@@ -101,10 +134,24 @@ static void parallel_for(range_fn fn, const void *ctx, size_t count, size_t grai
         if (started[t]) pthread_join(ids[t], NULL);
 }
 
-/* ---- Walsh-Hadamard butterflies (hadamard.fwht) ---- */
+/* ---- Walsh-Hadamard transform of interleaved blocks (hadamard.py) ----
+ *
+ * Viewing the padded input as a row-major matrix of `block` rows and `columns` = padded / block
+ * columns, rotated block j is the transform of column j (elements j, j + columns, ...). The
+ * rotated vector stores its blocks contiguously, so only one side of each kernel is strided.
+ * Columns are handled in groups of 8: 8 rows x 8 columns are moved through an in-register
+ * transpose; leftover columns (and blocks shorter than 8) take a scalar path.
+ */
 
-/* Stages h = 1, 2, 4 inside one group of 8: lanes j < j + h of a pair get a + b and a - b. */
-static inline v8f wht8(v8f v) {
+#ifndef GROUP
+#define GROUP 32 /* columns per task: 128 bytes of each strided row, 32 blocks of output */
+#endif
+#ifndef PREFETCH_ROWS
+#define PREFETCH_ROWS 32 /* how far ahead strided rows are prefetched */
+#endif
+
+/* Butterfly stages h = 1, 2, 4 inside one group of 8: pairs (j, j + h) get a + b and a - b. */
+INLINE v8f butterflies8(v8f v) {
     v8f a = __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
     v = __builtin_shuffle(v + a, a - v, (v8i){0, 9, 2, 11, 4, 13, 6, 15});
     a = __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
@@ -113,75 +160,136 @@ static inline v8f wht8(v8f v) {
     return __builtin_shuffle(v + a, a - v, (v8i){0, 1, 2, 3, 12, 13, 14, 15});
 }
 
-/* Stages h = 8, 16, ... of a block of at least 8 whose groups of 8 are already transformed, then scale. */
-static inline void wht_rest(float *restrict x, size_t block, float scale) {
-    for (size_t h = 8; h < block; h *= 2)
-        for (size_t i = 0; i < block; i += 2 * h)
-            for (size_t j = i; j < i + h; j += 8) {
-                v8f a = load8(x + j), b = load8(x + j + h);
-                store8(x + j, a + b);
-                store8(x + j + h, a - b);
-            }
-    for (size_t j = 0; j < block; j += 8) store8(x + j, load8(x + j) * scale);
+/* Butterfly pair: (a, b) -> (a + b, a - b). */
+#define BUTTERFLY(a, b)       \
+    do {                      \
+        v8f sum_ = (a) + (b); \
+        (b) = (a) - (b);      \
+        (a) = sum_;           \
+    } while (0)
+
+/* One pass of `stages` (1 to 3) consecutive stages of distances d, 2d, 4d over x[0, n), d >= 8,
+ * kept in registers between stages; results are multiplied by m (1, or the final scale). */
+INLINE void butterfly_pass(float *restrict x, size_t n, size_t d, int stages, float m) {
+    size_t span = d << stages;
+    for (size_t i = 0; i < n; i += span)
+        for (size_t j = i; j < i + d; j += 8) {
+            v8f v[8];
+            for (int k = 0; k < 1 << stages; k++) v[k] = load8(x + j + k * d);
+            for (int s = 0; s < stages; s++)
+                for (int k = 0; k < 1 << stages; k++)
+                    if (!(k & (1 << s))) BUTTERFLY(v[k], v[k | 1 << s]);
+            for (int k = 0; k < 1 << stages; k++) store8(x + j + k * d, v[k] * m);
+        }
 }
 
-/* Whole transform of a block shorter than 8 (tiny vectors), in the same stage order. */
-static void wht_small(float *x, size_t block, float scale) {
-    for (size_t h = 1; h < block; h *= 2)
-        for (size_t i = 0; i < block; i += 2 * h)
-            for (size_t j = i; j < i + h; j++) {
-                float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-    for (size_t j = 0; j < block; j++) x[j] *= scale;
+/* Normalized transform of one contiguous block in place: stages h = 1, 2, 4, ..., then scale. */
+INLINE void transform(float *restrict x, size_t block, float scale) {
+    if (block < 8) {
+        for (size_t d = 1; d < block; d *= 2)
+            for (size_t i = 0; i < block; i += 2 * d)
+                for (size_t j = i; j < i + d; j++) {
+                    float a = x[j], b = x[j + d];
+                    x[j] = a + b;
+                    x[j + d] = a - b;
+                }
+        for (size_t j = 0; j < block; j++) x[j] *= scale;
+        return;
+    }
+    for (size_t j = 0; j < block; j += 8) store8(x + j, butterflies8(load8(x + j)));
+    if (block == 8) {
+        for (size_t j = 0; j < block; j += 8) store8(x + j, load8(x + j) * scale);
+        return;
+    }
+    for (size_t d = 8; d < block;) { /* up to three stages per pass; the last pass also scales */
+        int stages = 8 * d <= block ? 3 : 4 * d <= block ? 2 : 1;
+        size_t next = d << stages;
+        float m = next == block ? scale : 1.0f;
+        if (stages == 3) butterfly_pass(x, block, d, 3, m);
+        else if (stages == 2) butterfly_pass(x, block, d, 2, m);
+        else butterfly_pass(x, block, d, 1, m);
+        d = next;
+    }
 }
 
-/* Sign of element `index` as a float multiplier, for the tiny-block path. */
-static float sign_of(uint32_t index, uint32_t k0, uint32_t k1) {
-    return stream8(index, k0, k1)[0] >> 31 ? -1.0f : 1.0f;
+/* In-register transpose of an 8 x 8 tile: v[i][j] <-> v[j][i]. */
+INLINE void transpose8(v8f v[8]) {
+    v8f t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(v[i], v[i + 1], (v8i){0, 8, 1, 9, 4, 12, 5, 13});
+        t[i + 1] = __builtin_shuffle(v[i], v[i + 1], (v8i){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int k = 0; k < 2; k++) {
+            u[i + 2 * k] = __builtin_shuffle(t[i + k], t[i + k + 2], (v8i){0, 1, 8, 9, 4, 5, 12, 13});
+            u[i + 2 * k + 1] = __builtin_shuffle(t[i + k], t[i + k + 2], (v8i){2, 3, 10, 11, 6, 7, 14, 15});
+        }
+    for (int i = 0; i < 4; i++) {
+        v[i] = __builtin_shuffle(u[i], u[i + 4], (v8i){0, 1, 2, 3, 8, 9, 10, 11});
+        v[i + 4] = __builtin_shuffle(u[i], u[i + 4], (v8i){4, 5, 6, 7, 12, 13, 14, 15});
+    }
 }
 
-/* ---- rotate: pad, flip signs, transform (hadamard.rotate) ---- */
+/* ---- rotate: pad, flip signs, gather interleaved blocks, transform (hadamard.rotate) ---- */
 
 typedef struct {
     const float *src;
     size_t n;
     float *dst;
-    size_t block;
+    size_t block, columns;
     uint32_t k0, k1;
     float scale;
 } rotate_args;
 
-SIMD static void rotate_range(const void *ctx, size_t first, size_t last) {
-    const rotate_args *a = ctx;
-    const size_t n = a->n, block = a->block;
-    const uint32_t k0 = a->k0, k1 = a->k1;
-    float tail[8];
-    for (size_t b = first; b < last; b++) {
-        size_t base = b * block;
-        float *restrict y = a->dst + base;
-        if (block < 8) {
-            for (size_t j = 0; j < block; j++)
-                y[j] = (base + j < n ? a->src[base + j] : 0.0f) * sign_of((uint32_t)(base + j), k0, k1);
-            wht_small(y, block, a->scale);
-            continue;
+/* Stream words holding the signs of rows r .. r + 7 of the 8 blocks from `column`. */
+INLINE v8u group_words(size_t column, size_t block, size_t r, uint32_t k0, uint32_t k1) {
+    return stream8(((IOTA + (uint32_t)column) * (uint32_t)block + (uint32_t)r) >> 5, k0, k1);
+}
+
+/* Rows r .. r + 7 of the 8 input columns from `column`, transposed into the gathered blocks with
+ * their signs flipped. */
+INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r) {
+    const size_t block = a->block, columns = a->columns, n = a->n;
+    v8f v[8];
+    for (int i = 0; i < 8; i++) {
+        size_t at = (r + i) * columns + column;
+        if (at + 8 <= n) {
+            v[i] = load8(a->src + at);
+        } else {
+            for (size_t k = 0; k < 8; k++) v[i][k] = at + k < n ? a->src[at + k] : 0.0f;
         }
-        for (size_t j = 0; j < block; j += 8) {
-            size_t i = base + j;
-            const float *x = a->src + i;
-            if (i + 8 > n) { /* the zero-padded end */
-                for (size_t l = 0; l < 8; l++) tail[l] = i + l < n ? x[l] : 0.0f;
-                x = tail;
-            }
-            store8(y + j, wht8(flip8(load8(x), stream8((uint32_t)i, k0, k1))));
-        }
-        wht_rest(y, block, a->scale);
+    }
+    transpose8(v);
+    v8u words = group_words(column, block, r, a->k0, a->k1);
+    for (int k = 0; k < 8; k++) {
+        size_t p = (column + k) * block + r;
+        store8(a->dst + p, flip8(v[k], sign_mask8(words[k], (uint32_t)p)));
     }
 }
 
-/* ---- unrotate: (src - offset) * scale, transform, flip signs, truncate (quantize.dequantize +
- * hadamard.unrotate) ---- */
+SIMD static void rotate_range(const void *ctx, size_t first, size_t last) {
+    const rotate_args *a = ctx;
+    const size_t block = a->block, columns = a->columns, n = a->n;
+    for (size_t g = first; g < last; g++) {
+        size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
+        size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
+        for (size_t r = 0; vector && r < block; r += 8) {
+            for (size_t i = 0; i < 8; i++) /* strided rows: fetch ahead of the hardware's reach */
+                for (size_t k = 0; k < vector; k += 16)
+                    __builtin_prefetch(a->src + (r + i + PREFETCH_ROWS) * columns + column + k);
+            for (size_t k = 0; k < vector; k += 8) rotate_tile(a, column + k, r);
+        }
+        for (size_t c = column + vector; c < column + width; c++)
+            for (size_t r = 0; r < block; r++) {
+                size_t i = r * columns + c, p = c * block + r;
+                a->dst[p] = flip(i < n ? a->src[i] : 0.0f, sign_mask((uint32_t)p, a->k0, a->k1));
+            }
+        for (size_t c = column; c < column + width; c++) transform(a->dst + c * block, block, a->scale);
+    }
+}
+
+/* ---- unrotate: (src - offset) * scale, transform, scatter interleaved blocks, flip signs,
+ * truncate (quantize.dequantize + hadamard.unrotate) ---- */
 
 enum { SRC_F32 = 0, SRC_U8 = 1, SRC_I32 = 2 };
 
@@ -191,59 +299,73 @@ typedef struct {
     float offset, scale;
     float *dst;
     size_t length;
-    size_t block;
+    size_t block, columns;
     uint32_t k0, k1;
     float norm;
 } unrotate_args;
 
-SIMD static void load_affine(float *restrict y, const void *src, int kind, size_t base, size_t count, float offset,
-                             float scale) {
-    if (kind == SRC_U8) {
-        const uint8_t *s = (const uint8_t *)src + base;
-        for (size_t j = 0; j < count; j++) y[j] = ((float)s[j] - offset) * scale;
-    } else if (kind == SRC_I32) {
-        const int32_t *s = (const int32_t *)src + base;
-        for (size_t j = 0; j < count; j++) y[j] = ((float)s[j] - offset) * scale;
+/* out[0, count) = (src[at, at + count) - offset) * scale in fp32. */
+INLINE void unrotate_load(float *restrict out, const unrotate_args *a, size_t at, size_t count) {
+    if (a->kind == SRC_U8) {
+        const uint8_t *s = (const uint8_t *)a->src + at;
+        for (size_t k = 0; k < count; k++) out[k] = ((float)s[k] - a->offset) * a->scale;
+    } else if (a->kind == SRC_I32) {
+        const int32_t *s = (const int32_t *)a->src + at;
+        for (size_t k = 0; k < count; k++) out[k] = ((float)s[k] - a->offset) * a->scale;
     } else {
-        const float *s = (const float *)src + base;
-        for (size_t j = 0; j < count; j++) y[j] = (s[j] - offset) * scale;
+        const float *s = (const float *)a->src + at;
+        for (size_t k = 0; k < count; k++) out[k] = (s[k] - a->offset) * a->scale;
+    }
+}
+
+/* Rows r .. r + 7 of the 8 transformed blocks in x from `column` (block k at x + k * block), signs
+ * flipped, transposed back into the output's interleaved layout. */
+INLINE void unrotate_tile(const unrotate_args *a, const float *x, size_t column, size_t r) {
+    const size_t block = a->block, columns = a->columns, length = a->length;
+    v8f v[8];
+    v8u words = group_words(column, block, r, a->k0, a->k1);
+    for (int k = 0; k < 8; k++) {
+        uint32_t p = (uint32_t)((column + k) * block + r);
+        v[k] = flip8(load8(x + k * block + r), sign_mask8(words[k], p));
+    }
+    transpose8(v);
+    for (int i = 0; i < 8; i++) {
+        size_t at = (r + i) * columns + column;
+        if (at + 8 <= length) {
+            store8(a->dst + at, v[i]);
+        } else {
+            for (size_t k = 0; at + k < length && k < 8; k++) a->dst[at + k] = v[i][k];
+        }
     }
 }
 
 SIMD static void unrotate_range(const void *ctx, size_t first, size_t last) {
     const unrotate_args *a = ctx;
-    const size_t block = a->block, length = a->length;
-    const uint32_t k0 = a->k0, k1 = a->k1;
-    float *restrict y = aligned_alloc(32, (block < 8 ? 8 : block) * sizeof(float));
-    if (!y) abort(); /* block floats; failing here means the process is out of memory anyway */
-    for (size_t b = first; b < last; b++) {
-        size_t base = b * block;
-        size_t count = base + block <= length ? block : (base < length ? length - base : 0);
-        float *restrict out = a->dst + base;
-        load_affine(y, a->src, a->kind, base, block, a->offset, a->scale);
-        if (block < 8) {
-            wht_small(y, block, a->norm);
-            for (size_t j = 0; j < count; j++) out[j] = y[j] * sign_of((uint32_t)(base + j), k0, k1);
-            continue;
+    const size_t block = a->block, columns = a->columns, length = a->length;
+    float *restrict x = aligned_alloc(32, GROUP * (block < 8 ? 8 : block) * sizeof(float));
+    if (!x) abort(); /* GROUP blocks of floats: failing here means the process is out of memory anyway */
+    for (size_t g = first; g < last; g++) {
+        size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
+        size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
+        for (size_t k = 0; k < width; k++) {
+            unrotate_load(x + k * block, a, (column + k) * block, block);
+            transform(x + k * block, block, a->norm);
         }
-        for (size_t j = 0; j < block; j += 8) store8(y + j, wht8(load8(y + j)));
-        wht_rest(y, block, a->norm);
-        for (size_t j = 0; j < count; j += 8) {
-            v8f v = flip8(load8(y + j), stream8((uint32_t)(base + j), k0, k1));
-            if (j + 8 <= count) {
-                store8(out + j, v);
-            } else {
-                for (size_t l = 0; j + l < count; l++) out[j + l] = v[l];
+        for (size_t r = 0; vector && r < block; r += 8)
+            for (size_t k = 0; k < vector; k += 8) unrotate_tile(a, x + k * block, column + k, r);
+        for (size_t k = vector; k < width; k++)
+            for (size_t r = 0; r < block; r++) {
+                size_t i = r * columns + column + k, p = (column + k) * block + r;
+                if (i < length) a->dst[i] = flip(x[k * block + r], sign_mask((uint32_t)p, a->k0, a->k1));
             }
-        }
     }
-    free(y);
+    free(x);
 }
 
 /* ---- small-table lookups: 16 bytes at a time by in-register shuffles (pshufb) ---- */
 
 /* table[index] for 16 indices, table holding `chunks` * 16 bytes; indices beyond it give 0. */
-static inline v16b lookup16(const uint8_t *table, size_t chunks, v16b index) {
+INLINE v16b lookup16(const uint8_t *table, size_t chunks, v16b index) {
     v16b low = index & 15, high = index >> 4, out = {0};
     for (size_t c = 0; c < chunks; c++) {
         v16b part;
@@ -253,7 +375,26 @@ static inline v16b lookup16(const uint8_t *table, size_t chunks, v16b index) {
     return out;
 }
 
-/* ---- quantize: clip, map to [0, g], stochastic rounding to table levels (quantize.quantize) ---- */
+/* Bytes 8h .. 8h + 7 of v, zero-extended to 32 bits. */
+INLINE v8i half8(v16b v, int h) {
+    v8b part;
+    if (h) v = __builtin_shuffle(v, (v16b){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    memcpy(&part, &v, sizeof part);
+    return __builtin_convertvector(part, v8i);
+}
+
+/* The low byte of each of 16 int32 lanes (lanes 0-7 in v[0], 8-15 in v[1]). */
+INLINE v16b narrow16(const v8i v[2]) {
+    v32b bytes = __builtin_shuffle((v32b)v[0], (v32b)v[1],
+                                   (v32b){0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
+                                          0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60});
+    v16b low;
+    memcpy(&low, &bytes, sizeof low);
+    return low;
+}
+
+/* ---- quantize: clip, map to [0, g], stochastic rounding to table levels (quantize.quantize) ----
+ * v rounds up from R[i] to R[i+1] when r * (R[i+1] - R[i]) < v - R[i], r uniform in [0, 1). */
 
 typedef struct {
     const float *src;
@@ -285,20 +426,21 @@ SIMD static void quantize_range(const void *ctx, size_t first, size_t last) {
             c[j] = (uint8_t)(k > top ? top : k);
             v[j] = w;
         }
-        for (size_t j = 0; j < count; j += 8) {
-            v8i word = (v8i)(stream8((uint32_t)(start + j), k0, k1) >> 8); /* < 2**24: exact as float */
-            store8(r + j, __builtin_convertvector(word, v8f) * 0x1p-24f);
+        for (size_t j = 0; j < count; j += 8) { /* the top 24 bits: exact as float */
+            v8i word = (v8i)(stream8(IOTA + (uint32_t)(start + j), k0, k1) >> 8);
+            store8(r + j, __builtin_convertvector(word, v8f) * 0x1p-24f); /* r has room for a whole last group */
         }
         for (size_t j = 0; j < count; j += 16) {
-            v16b k, up;
+            v16b k;
             memcpy(&k, c + j, sizeof k);
-            v16f below = __builtin_convertvector(lookup16(a->base, a->chunks, k), v16f);
-            v16f step = __builtin_convertvector(lookup16(a->width, a->chunks, k), v16f);
-            v16f value, uniform;
-            memcpy(&value, v + j, sizeof value);
-            memcpy(&uniform, r + j, sizeof uniform);
-            up = __builtin_convertvector(uniform < (value - below) / step, v16b); /* -1 where rounding up */
-            v16b index = lookup16(a->lower, a->chunks, k) - up;
+            v16b base = lookup16(a->base, a->chunks, k), width = lookup16(a->width, a->chunks, k);
+            v8i up[2];
+            for (int h = 0; h < 2; h++) { /* -1 where rounding up */
+                v8f below = __builtin_convertvector(half8(base, h), v8f);
+                v8f step = __builtin_convertvector(half8(width, h), v8f);
+                up[h] = (v8i)(load8(r + j + 8 * h) * step < load8(v + j + 8 * h) - below);
+            }
+            v16b index = lookup16(a->lower, a->chunks, k) - narrow16(up);
             memcpy(a->dst + start + j, &index, count - j < 16 ? count - j : 16);
         }
     }
@@ -336,9 +478,10 @@ static PyObject *py_rotate(PyObject *self, PyObject *args) {
     int threads;
     if (!PyArg_ParseTuple(args, "KnKnnIIfi", &src, &n, &dst, &padded, &block, &k0, &k1, &scale, &threads))
         return NULL;
-    rotate_args a = {PTR(src), (size_t)n, PTR(dst), (size_t)block, k0, k1, scale};
+    size_t columns = (size_t)(padded / block);
+    rotate_args a = {PTR(src), (size_t)n, PTR(dst), (size_t)block, columns, k0, k1, scale};
     Py_BEGIN_ALLOW_THREADS
-    parallel_for(rotate_range, &a, (size_t)(padded / block), BLOCK_GRAIN / (size_t)block + 1, threads);
+    parallel_for(rotate_range, &a, (columns + GROUP - 1) / GROUP, GROUP_GRAIN / ((size_t)block * GROUP) + 1, threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -356,9 +499,11 @@ static PyObject *py_unrotate(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "unrotate: source kind must be 0 (fp32), 1 (uint8) or 2 (int32)");
         return NULL;
     }
-    unrotate_args a = {PTR(src), kind, offset, scale, PTR(dst), (size_t)length, (size_t)block, k0, k1, norm};
+    size_t columns = (size_t)(padded / block);
+    unrotate_args a = {PTR(src), kind, offset, scale, PTR(dst), (size_t)length, (size_t)block, columns, k0, k1, norm};
     Py_BEGIN_ALLOW_THREADS
-    parallel_for(unrotate_range, &a, (size_t)(padded / block), BLOCK_GRAIN / (size_t)block + 1, threads);
+    parallel_for(unrotate_range, &a, (columns + GROUP - 1) / GROUP, GROUP_GRAIN / ((size_t)block * GROUP) + 1,
+                 threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -1,9 +1,15 @@
 """Randomized Hadamard transform in torch (the CUDA path and the CPU fallback).
 
 A random +-1 diagonal followed by a normalized block Walsh-Hadamard transform makes any vector's
-coordinates look Gaussian, which is what the THC table is optimal for. The butterfly order here
-(stage h = 1, 2, 4, ...; pairs (j, j + h) -> (a + b, a - b); scale after the last stage) is the
-one _native.c follows, so both produce bit-identical fp32 results.
+coordinates look Gaussian with variance ||x||^2 / d, which is what the THC table and the shared
+scale assume. Blocks are interleaved (block j takes every m-th element from j, m = padded / block)
+rather than contiguous as in the reference: a bucket concatenates layers whose scales differ by
+orders of magnitude, and a contiguous block holding a large layer would sit far above the shared
+scale and be clipped. Interleaving spreads every layer over all blocks. The rotated vector holds
+the transformed blocks one after another.
+
+The butterfly order (stage h = 1, 2, 4, ...; pairs (a, b) -> (a + b, a - b); scale after the last
+stage) is the one _native.c follows, so both produce bit-identical fp32 results.
 """
 from __future__ import annotations
 
@@ -42,13 +48,27 @@ def fwht(x: torch.Tensor, block: int) -> torch.Tensor:
     return x.reshape(-1) * inverse_sqrt(block)
 
 
+def gather_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Interleaved blocks made contiguous: block j of the result is x[j], x[j + m], ... (m = len / block)."""
+    return x.view(block, -1).t().reshape(-1)
+
+
+def scatter_blocks(y: torch.Tensor, block: int) -> torch.Tensor:
+    """Inverse of :func:`gather_blocks`."""
+    return y.view(-1, block).t().reshape(-1)
+
+
 def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
-    """Zero-pad fp32 ``x`` to ``padded``, flip signs by the key's stream, transform each block."""
+    """Zero-pad fp32 ``x`` to ``padded``, gather the interleaved blocks, flip signs, transform each block.
+
+    The random diagonal is indexed by position in the rotated (gathered) layout, which keeps the
+    native kernel's sign lookups contiguous; it is a +-1 diagonal all the same.
+    """
     y = torch.zeros(padded, dtype=torch.float32, device=x.device)
     y[: x.numel()] = x
-    return fwht(y * signs(padded, key, x.device), block)
+    return fwht(gather_blocks(y, block) * signs(padded, key, x.device), block)
 
 
 def unrotate(y: torch.Tensor, block: int, key: Key, length: int) -> torch.Tensor:
-    """Inverse of :func:`rotate` for fp32 ``y``: transform each block, flip signs, keep ``length``."""
-    return (fwht(y, block) * signs(y.numel(), key, y.device))[:length]
+    """Inverse of :func:`rotate` for fp32 ``y``: transform, flip signs, scatter the blocks, keep ``length``."""
+    return scatter_blocks(fwht(y, block) * signs(y.numel(), key, y.device), block)[:length]

@@ -104,8 +104,8 @@ def quantize(y: torch.Tensor, scale: Scalar, levels: Levels, key: Key) -> torch.
     u = torch.clamp(u, max=t)
     v = (u + t) * levels.gain
     c = v.to(torch.int32).clamp_(0, levels.granularity - 1).long()
-    frac = (v - levels.base[c].to(torch.float32)) / levels.width[c].to(torch.float32)
-    up = uniforms(y.numel(), key, y.device) < frac
+    # Up with probability (v - R[i]) / (R[i+1] - R[i]), compared without a division.
+    up = uniforms(y.numel(), key, y.device) * levels.width[c] < v - levels.base[c]
     return levels.lower[c] + up.to(torch.uint8)
 
 

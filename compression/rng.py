@@ -69,8 +69,12 @@ def hash_stream(index: torch.Tensor, key: Key) -> torch.Tensor:
 
 
 def signs(length: int, key: Key, device: torch.device) -> torch.Tensor:
-    """+-1 (fp32) per element: the top bit of the stream word selects -1."""
-    bits = hash_stream(torch.arange(length, dtype=torch.int64, device=device), key) >> 31
+    """+-1 (fp32) per position p: -1 where bit p % 32 of the stream word p // 32 is set.
+
+    Thirty-two signs per word: the sign stream costs a thirty-second of the rounding stream.
+    """
+    position = torch.arange(length, dtype=torch.int64, device=device)
+    bits = (hash_stream(position >> 5, key) >> (position & 31)) & 1
     return (1 - 2 * bits).to(torch.float32)
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from ina.compression import THCCodec, THCConfig
-from ina.compression.hadamard import fwht
+from ina.compression.hadamard import fwht, gather_blocks, scatter_blocks
 from ina.compression.rng import SIGN_STREAM, signs, stream_key
 
 LENGTHS = [1, 2, 3, 7, 8, 100, 1000, 1024, 1025, 3000, 5000]
@@ -45,11 +45,17 @@ def test_walsh_hadamard_matches_the_matrix():
     assert torch.allclose(fwht(fwht(x, block), block), x, atol=1e-5)  # its own inverse
 
 
-def test_rotation_is_sign_flip_then_transform(codec):
+def test_rotation_is_gather_sign_flip_then_transform(codec):
     x = torch.randn(2048)
     key = stream_key(SIGN_STREAM, codec.seed, 4, 2)
-    expected = fwht(x * signs(2048, key, x.device), 1024)
+    expected = fwht(gather_blocks(x, 1024) * signs(2048, key, x.device), 1024)
     assert torch.equal(codec.rotate(x, round=4, bucket=2), expected)
+
+
+def test_blocks_interleave():
+    x = torch.arange(12.0)
+    assert gather_blocks(x, 4).tolist() == [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]
+    assert torch.equal(scatter_blocks(gather_blocks(x, 4), 4), x)
 
 
 def test_signs_are_balanced_and_keyed():
@@ -96,6 +102,15 @@ def test_rotation_spreads_a_spike(codec):
     x[5] = 1.0
     y = codec.rotate(x, round=0, bucket=0)
     assert float(y.abs().max()) == pytest.approx(1 / 32, rel=1e-6)
+
+
+def test_blocks_interleave_so_a_large_layer_spreads_over_all_blocks(codec):
+    """A bucket whose energy sits in one contiguous layer still gets even energy per block."""
+    x = torch.randn(8192) * 1e-3
+    x[:1024] = torch.randn(1024) * 10  # one loud layer, the size of a block
+    y = codec.rotate(x, round=0, bucket=0).view(8, 1024)  # row j = block j
+    energy = (y**2).sum(1)
+    assert float(energy.max() / energy.min()) < 1.5
 
 
 def test_bad_inputs_are_rejected(codec):
