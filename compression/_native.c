@@ -24,7 +24,6 @@
 #define INLINE static inline __attribute__((always_inline))
 
 #define MAX_THREADS 64
-#define TILE 256 /* elements processed per inner pass: small enough for L1, long enough to vectorize */
 #define ELEMENT_GRAIN 65536 /* least elements worth a thread */
 #define GROUP_GRAIN 65536   /* least transform elements worth a thread */
 
@@ -139,16 +138,12 @@ static void parallel_for(range_fn fn, const void *ctx, size_t count, size_t grai
  * Viewing the padded input as a row-major matrix of `block` rows and `columns` = padded / block
  * columns, rotated block j is the transform of column j (elements j, j + columns, ...). The
  * rotated vector stores its blocks contiguously, so only one side of each kernel is strided.
- * Columns are handled in groups of 8: 8 rows x 8 columns are moved through an in-register
- * transpose; leftover columns (and blocks shorter than 8) take a scalar path.
+ * A task takes GROUP columns; tiles of 8 rows x 8 columns move through an in-register transpose,
+ * and leftover columns (and blocks shorter than 8) take a scalar path.
  */
 
-#ifndef GROUP
-#define GROUP 32 /* columns per task: 128 bytes of each strided row, 32 blocks of output */
-#endif
-#ifndef PREFETCH_ROWS
+#define GROUP 32         /* columns per task: 128 bytes of each strided row, 32 blocks of output */
 #define PREFETCH_ROWS 32 /* how far ahead strided rows are prefetched */
-#endif
 
 /* Butterfly stages h = 1, 2, 4 inside one group of 8: pairs (j, j + h) get a + b and a - b. */
 INLINE v8f butterflies8(v8f v) {
@@ -268,15 +263,15 @@ INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r) {
 }
 
 SIMD static void rotate_range(const void *ctx, size_t first, size_t last) {
-    const rotate_args *a = ctx;
+    const rotate_args args = *(const rotate_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
     const size_t block = a->block, columns = a->columns, n = a->n;
     for (size_t g = first; g < last; g++) {
         size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
         size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
         for (size_t r = 0; vector && r < block; r += 8) {
             for (size_t i = 0; i < 8; i++) /* strided rows: fetch ahead of the hardware's reach */
-                for (size_t k = 0; k < vector; k += 16)
-                    __builtin_prefetch(a->src + (r + i + PREFETCH_ROWS) * columns + column + k);
+                for (size_t k = 0, at = (r + i + PREFETCH_ROWS) * columns + column; k < vector; k += 16)
+                    if (at + k < n) __builtin_prefetch(a->src + at + k);
             for (size_t k = 0; k < vector; k += 8) rotate_tile(a, column + k, r);
         }
         for (size_t c = column + vector; c < column + width; c++)
@@ -340,7 +335,7 @@ INLINE void unrotate_tile(const unrotate_args *a, const float *x, size_t column,
 }
 
 SIMD static void unrotate_range(const void *ctx, size_t first, size_t last) {
-    const unrotate_args *a = ctx;
+    const unrotate_args args = *(const unrotate_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
     const size_t block = a->block, columns = a->columns, length = a->length;
     float *restrict x = aligned_alloc(32, GROUP * (block < 8 ? 8 : block) * sizeof(float));
     if (!x) abort(); /* GROUP blocks of floats: failing here means the process is out of memory anyway */
@@ -375,23 +370,13 @@ INLINE v16b lookup16(const uint8_t *table, size_t chunks, v16b index) {
     return out;
 }
 
-/* Bytes 8h .. 8h + 7 of v, zero-extended to 32 bits. */
-INLINE v8i half8(v16b v, int h) {
-    v8b part;
-    if (h) v = __builtin_shuffle(v, (v16b){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    memcpy(&part, &v, sizeof part);
-    return __builtin_convertvector(part, v8i);
+/* The low byte of each int32 lane, in bytes 0-7 (and again in 8-15). */
+INLINE v16b narrow8(v8i v) {
+    return __builtin_shufflevector((v32b)v, (v32b)v, 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
 }
 
-/* The low byte of each of 16 int32 lanes (lanes 0-7 in v[0], 8-15 in v[1]). */
-INLINE v16b narrow16(const v8i v[2]) {
-    v32b bytes = __builtin_shuffle((v32b)v[0], (v32b)v[1],
-                                   (v32b){0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60,
-                                          0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60});
-    v16b low;
-    memcpy(&low, &bytes, sizeof low);
-    return low;
-}
+/* Bytes 0-7 of v as int32 lanes (zero-extended). */
+INLINE v8i widen8(v16b v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8i); }
 
 /* ---- quantize: clip, map to [0, g], stochastic rounding to table levels (quantize.quantize) ----
  * v rounds up from R[i] to R[i+1] when r * (R[i+1] - R[i]) < v - R[i], r uniform in [0, 1). */
@@ -406,43 +391,39 @@ typedef struct {
     uint32_t k0, k1;
 } quantize_args;
 
+/* Lanes of `yes` where mask is set, of `no` elsewhere. */
+INLINE v8i select8(v8i mask, v8i yes, v8i no) { return (yes & mask) | (no & ~mask); }
+
+/* Table indices of y[0, 8) (global element index `first` onward) into out[0, 8). */
+INLINE void quantize8(const quantize_args *a, const float *y, size_t first, uint8_t *out) {
+    const v8f t = (v8f){0} + a->threshold;
+    v8f u = load8(y) * a->scale;
+    u = (v8f)select8((v8i)(u > -t), (v8i)u, (v8i)-t); /* NaN goes to -T */
+    u = (v8f)select8((v8i)(u < t), (v8i)u, (v8i)t);
+    v8f v = (u + t) * a->gain;
+    v8i c = __builtin_convertvector(v, v8i); /* truncation: floor, as v >= 0 */
+    c = select8(c < 0, (v8i){0}, c);
+    c = select8(c > a->top, (v8i){0} + a->top, c);
+    v16b k = narrow8(c);
+    v8f below = __builtin_convertvector(widen8(lookup16(a->base, a->chunks, k)), v8f);
+    v8f step = __builtin_convertvector(widen8(lookup16(a->width, a->chunks, k)), v8f);
+    v8i word = (v8i)(stream8(IOTA + (uint32_t)first, a->k0, a->k1) >> 8); /* top 24 bits: exact */
+    v8f r = __builtin_convertvector(word, v8f) * 0x1p-24f;
+    v8i up = (v8i)(r * step < v - below); /* -1 where rounding up */
+    v16b index = narrow8(widen8(lookup16(a->lower, a->chunks, k)) - up);
+    memcpy(out, &index, 8);
+}
+
 SIMD static void quantize_range(const void *ctx, size_t first, size_t last) {
-    const quantize_args *a = ctx;
-    const float t = a->threshold, gain = a->gain, scale = a->scale;
-    const int32_t top = a->top;
-    const uint32_t k0 = a->k0, k1 = a->k1;
-    uint8_t c[TILE] = {0};
-    float v[TILE] = {0}, r[TILE] = {0};
-    for (size_t start = first; start < last; start += TILE) {
-        size_t count = last - start < TILE ? last - start : TILE;
-        const float *restrict y = a->src + start;
-        for (size_t j = 0; j < count; j++) {
-            float u = y[j] * scale;
-            u = u > -t ? u : -t; /* NaN goes to -T */
-            u = u < t ? u : t;
-            float w = (u + t) * gain;
-            int32_t k = (int32_t)w;
-            k = k < 0 ? 0 : k;
-            c[j] = (uint8_t)(k > top ? top : k);
-            v[j] = w;
-        }
-        for (size_t j = 0; j < count; j += 8) { /* the top 24 bits: exact as float */
-            v8i word = (v8i)(stream8(IOTA + (uint32_t)(start + j), k0, k1) >> 8);
-            store8(r + j, __builtin_convertvector(word, v8f) * 0x1p-24f); /* r has room for a whole last group */
-        }
-        for (size_t j = 0; j < count; j += 16) {
-            v16b k;
-            memcpy(&k, c + j, sizeof k);
-            v16b base = lookup16(a->base, a->chunks, k), width = lookup16(a->width, a->chunks, k);
-            v8i up[2];
-            for (int h = 0; h < 2; h++) { /* -1 where rounding up */
-                v8f below = __builtin_convertvector(half8(base, h), v8f);
-                v8f step = __builtin_convertvector(half8(width, h), v8f);
-                up[h] = (v8i)(load8(r + j + 8 * h) * step < load8(v + j + 8 * h) - below);
-            }
-            v16b index = lookup16(a->lower, a->chunks, k) - narrow16(up);
-            memcpy(a->dst + start + j, &index, count - j < 16 ? count - j : 16);
-        }
+    const quantize_args args = *(const quantize_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
+    size_t i = first;
+    for (; i + 8 <= last; i += 8) quantize8(a, a->src + i, i, a->dst + i);
+    if (i < last) { /* the ragged end, through zero-padded copies */
+        float y[8] = {0};
+        uint8_t out[8];
+        memcpy(y, a->src + i, (last - i) * sizeof(float));
+        quantize8(a, y, i, out);
+        memcpy(a->dst + i, out, last - i);
     }
 }
 
@@ -455,15 +436,19 @@ typedef struct {
     size_t chunks;
 } lookup_args;
 
+/* values[src[0, count)] into dst, count <= 16. */
+INLINE void lookup_some(const lookup_args *a, const uint8_t *src, uint8_t *dst, size_t count) {
+    v16b index = {0};
+    memcpy(&index, src, count);
+    index = lookup16(a->values, a->chunks, index);
+    memcpy(dst, &index, count);
+}
+
 SIMD static void lookup_range(const void *ctx, size_t first, size_t last) {
-    const lookup_args *a = ctx;
-    for (size_t i = first; i < last; i += 16) {
-        size_t count = last - i < 16 ? last - i : 16;
-        v16b index = {0};
-        memcpy(&index, a->src + i, count);
-        index = lookup16(a->values, a->chunks, index);
-        memcpy(a->dst + i, &index, count);
-    }
+    const lookup_args args = *(const lookup_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
+    size_t i = first;
+    for (; i + 16 <= last; i += 16) lookup_some(a, a->src + i, a->dst + i, 16);
+    if (i < last) lookup_some(a, a->src + i, a->dst + i, last - i);
 }
 
 /* ---- Python bindings ---- */
