@@ -4,8 +4,9 @@
     python -m benchmarks.codec --sizes 20 --repeats 3 --skip-nmse
     INA_COMPRESSION_NATIVE=0 python -m benchmarks.codec --sizes 20   # the pure-torch path
 
-Throughput is GB/s of fp32 input (4 bytes per element), best of ``--repeats``; encode is rotate +
-norm + quantize, decode is dequantize + unrotate of uint8 sums. Every operation allocates its
+Throughput is GB/s of fp32 input (4 bytes per element), best of ``--repeats``; encode is the
+norm plus THCCodec.encode (rotate + quantize, fused on CPU), decode is THCCodec.decode
+(dequantize + unrotate, fused on CPU) of uint8 sums. Every operation allocates its
 output, as torch.clone does, so page faults are paid by both sides of the ratio; at sizes that fit
 in cache, clone runs at cache speed and the ratio says little about real buckets.
 NMSE is ||mean_hat - mean||^2 / ||mean||^2 averaged over ``--trials``, with each worker's
@@ -57,9 +58,8 @@ def throughput(sizes: Sequence[int], repeats: int) -> None:
     for n in sizes:
         x = torch.randn(n)
 
-        def encode() -> torch.Tensor:
-            y = codec.rotate(x, round=0, bucket=0)
-            return codec.quantize(y, y.norm(), round=0, bucket=0, worker=0)
+        def encode() -> torch.Tensor:  # as a worker does: its norm (an all-reduce MAX goes here), then encode
+            return codec.encode(x, x.norm(), round=0, bucket=0, worker=0)
 
         indices = encode()
         norm = float(x.norm())

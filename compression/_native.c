@@ -1,5 +1,5 @@
 /* Fused CPU kernels of the THC codec: randomized Hadamard transform, stochastic quantization,
- * table lookup. Plain CPython C API: arguments are data pointers (as integers) and sizes, the
+ * both at once (encode), table lookup. Plain CPython C API: arguments are data pointers (as integers) and sizes, the
  * GIL is released while the kernels run, and large inputs are split over pthreads.
  *
  * The arithmetic mirrors hadamard.py, quantize.py and rng.py operation by operation (same fp32
@@ -241,9 +241,9 @@ INLINE v8u group_words(size_t column, size_t block, size_t r, uint32_t k0, uint3
     return stream8(((IOTA + (uint32_t)column) * (uint32_t)block + (uint32_t)r) >> 5, k0, k1);
 }
 
-/* Rows r .. r + 7 of the 8 input columns from `column`, transposed into the gathered blocks with
- * their signs flipped. */
-INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r) {
+/* Rows r .. r + 7 of the 8 input columns from `column`, transposed into their gathered blocks
+ * (block k at out + k * block) with signs flipped. */
+INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r, float *out) {
     const size_t block = a->block, columns = a->columns, n = a->n;
     v8f v[8];
     for (int i = 0; i < 8; i++) {
@@ -258,29 +258,32 @@ INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r) {
     v8u words = group_words(column, block, r, a->k0, a->k1);
     for (int k = 0; k < 8; k++) {
         size_t p = (column + k) * block + r;
-        store8(a->dst + p, flip8(v[k], sign_mask8(words[k], (uint32_t)p)));
+        store8(out + k * block + r, flip8(v[k], sign_mask8(words[k], (uint32_t)p)));
     }
+}
+
+/* Rotated blocks of task g (columns g * GROUP onward) into out, block k of the task at out + k * block. */
+INLINE void rotate_group(const rotate_args *a, size_t g, float *out) {
+    const size_t block = a->block, columns = a->columns, n = a->n;
+    size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
+    size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
+    for (size_t r = 0; vector && r < block; r += 8) {
+        for (size_t i = 0; i < 8; i++) /* strided rows: fetch ahead of the hardware's reach */
+            for (size_t k = 0, at = (r + i + PREFETCH_ROWS) * columns + column; k < vector; k += 16)
+                if (at + k < n) __builtin_prefetch(a->src + at + k);
+        for (size_t k = 0; k < vector; k += 8) rotate_tile(a, column + k, r, out + k * block);
+    }
+    for (size_t k = vector; k < width; k++)
+        for (size_t r = 0; r < block; r++) {
+            size_t i = r * columns + column + k, p = (column + k) * block + r;
+            out[k * block + r] = flip(i < n ? a->src[i] : 0.0f, sign_mask((uint32_t)p, a->k0, a->k1));
+        }
+    for (size_t k = 0; k < width; k++) transform(out + k * block, block, a->scale);
 }
 
 SIMD static void rotate_range(const void *ctx, size_t first, size_t last) {
     const rotate_args args = *(const rotate_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
-    const size_t block = a->block, columns = a->columns, n = a->n;
-    for (size_t g = first; g < last; g++) {
-        size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
-        size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
-        for (size_t r = 0; vector && r < block; r += 8) {
-            for (size_t i = 0; i < 8; i++) /* strided rows: fetch ahead of the hardware's reach */
-                for (size_t k = 0, at = (r + i + PREFETCH_ROWS) * columns + column; k < vector; k += 16)
-                    if (at + k < n) __builtin_prefetch(a->src + at + k);
-            for (size_t k = 0; k < vector; k += 8) rotate_tile(a, column + k, r);
-        }
-        for (size_t c = column + vector; c < column + width; c++)
-            for (size_t r = 0; r < block; r++) {
-                size_t i = r * columns + c, p = c * block + r;
-                a->dst[p] = flip(i < n ? a->src[i] : 0.0f, sign_mask((uint32_t)p, a->k0, a->k1));
-            }
-        for (size_t c = column; c < column + width; c++) transform(a->dst + c * block, block, a->scale);
-    }
+    for (size_t g = first; g < last; g++) rotate_group(a, g, a->dst + g * GROUP * a->block);
 }
 
 /* ---- unrotate: (src - offset) * scale, transform, scatter interleaved blocks, flip signs,
@@ -414,17 +417,42 @@ INLINE void quantize8(const quantize_args *a, const float *y, size_t first, uint
     memcpy(out, &index, 8);
 }
 
+/* Indices of y[0, count) (global element index `first` onward) into out. */
+INLINE void quantize_some(const quantize_args *a, const float *y, size_t first, size_t count, uint8_t *out) {
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8) quantize8(a, y + i, first + i, out + i);
+    if (i < count) { /* the ragged end, through zero-padded copies */
+        float tail[8] = {0};
+        uint8_t indices[8];
+        memcpy(tail, y + i, (count - i) * sizeof(float));
+        quantize8(a, tail, first + i, indices);
+        memcpy(out + i, indices, count - i);
+    }
+}
+
 SIMD static void quantize_range(const void *ctx, size_t first, size_t last) {
     const quantize_args args = *(const quantize_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
-    size_t i = first;
-    for (; i + 8 <= last; i += 8) quantize8(a, a->src + i, i, a->dst + i);
-    if (i < last) { /* the ragged end, through zero-padded copies */
-        float y[8] = {0};
-        uint8_t out[8];
-        memcpy(y, a->src + i, (last - i) * sizeof(float));
-        quantize8(a, y, i, out);
-        memcpy(a->dst + i, out, last - i);
+    quantize_some(a, a->src + first, first, last - first, a->dst + first);
+}
+
+/* ---- encode: rotate + quantize without writing the rotated vector (THCCodec.encode) ---- */
+
+typedef struct {
+    rotate_args rotate; /* dst unused */
+    quantize_args quantize; /* src unused */
+} encode_args;
+
+SIMD static void encode_range(const void *ctx, size_t first, size_t last) {
+    const encode_args args = *(const encode_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
+    const size_t block = a->rotate.block, columns = a->rotate.columns;
+    float *restrict y = aligned_alloc(32, GROUP * (block < 8 ? 8 : block) * sizeof(float));
+    if (!y) abort(); /* GROUP blocks of floats: failing here means the process is out of memory anyway */
+    for (size_t g = first; g < last; g++) {
+        size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
+        rotate_group(&a->rotate, g, y);
+        quantize_some(&a->quantize, y, column * block, width * block, a->quantize.dst + column * block);
     }
+    free(y);
 }
 
 /* ---- lookup: table values of indices ---- */
@@ -493,23 +521,53 @@ static PyObject *py_unrotate(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Fill q from quantize's parsed arguments; -1 with a Python error if they are inconsistent. */
+static int quantize_setup(quantize_args *q, unsigned long long src, unsigned long long dst, float scale, float threshold,
+                          float gain, int granularity, unsigned long long lower, unsigned long long base,
+                          unsigned long long width, unsigned int k0, unsigned int k1) {
+    if (granularity < 1 || granularity > 256) {
+        PyErr_SetString(PyExc_ValueError, "quantize: granularity must be in 1..256 (tables hold 256 bytes)");
+        return -1;
+    }
+    *q = (quantize_args){PTR(src), PTR(dst), scale, threshold, gain, granularity - 1, ((size_t)granularity + 15) / 16,
+                         PTR(lower), PTR(base), PTR(width), k0, k1};
+    return 0;
+}
+
 static PyObject *py_quantize(PyObject *self, PyObject *args) {
     unsigned long long src, dst, lower, base, width;
     Py_ssize_t n;
     float scale, threshold, gain;
     int granularity, threads;
     unsigned int k0, k1;
+    quantize_args a;
     if (!PyArg_ParseTuple(args, "KnKfffiKKKIIi", &src, &n, &dst, &scale, &threshold, &gain, &granularity, &lower,
-                          &base, &width, &k0, &k1, &threads))
+                          &base, &width, &k0, &k1, &threads) ||
+        quantize_setup(&a, src, dst, scale, threshold, gain, granularity, lower, base, width, k0, k1))
         return NULL;
-    if (granularity < 1 || granularity > 256) {
-        PyErr_SetString(PyExc_ValueError, "quantize: granularity must be in 1..256 (tables hold 256 bytes)");
-        return NULL;
-    }
-    quantize_args a = {PTR(src), PTR(dst), scale, threshold, gain, granularity - 1, ((size_t)granularity + 15) / 16,
-                       PTR(lower), PTR(base), PTR(width), k0, k1};
     Py_BEGIN_ALLOW_THREADS
     parallel_for(quantize_range, &a, (size_t)n, ELEMENT_GRAIN, threads);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_encode(PyObject *self, PyObject *args) {
+    unsigned long long src, dst, lower, base, width;
+    Py_ssize_t n, padded, block;
+    unsigned int sign_k0, sign_k1, round_k0, round_k1;
+    float norm, scale, threshold, gain;
+    int granularity, threads;
+    encode_args a;
+    if (!PyArg_ParseTuple(args, "KnKnnIIffffiKKKIIi", &src, &n, &dst, &padded, &block, &sign_k0, &sign_k1, &norm,
+                          &scale, &threshold, &gain, &granularity, &lower, &base, &width, &round_k0, &round_k1,
+                          &threads) ||
+        quantize_setup(&a.quantize, 0, dst, scale, threshold, gain, granularity, lower, base, width, round_k0,
+                       round_k1))
+        return NULL;
+    size_t columns = (size_t)(padded / block);
+    a.rotate = (rotate_args){PTR(src), (size_t)n, NULL, (size_t)block, columns, sign_k0, sign_k1, norm};
+    Py_BEGIN_ALLOW_THREADS
+    parallel_for(encode_range, &a, (columns + GROUP - 1) / GROUP, GROUP_GRAIN / ((size_t)block * GROUP) + 1, threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -540,6 +598,9 @@ static PyMethodDef methods[] = {
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(src, n, dst, scale, threshold, gain, granularity, lower, base, width, k0, k1, threads): "
      "uint8 table indices of fp32 src by stochastic rounding (tables: 256 bytes each)."},
+    {"encode", py_encode, METH_VARARGS,
+     "encode(src, n, dst, padded, block, sign_k0, sign_k1, norm, scale, threshold, gain, granularity, lower, base, "
+     "width, round_k0, round_k1, threads): rotate then quantize, uint8 indices only."},
     {"lookup", py_lookup, METH_VARARGS,
      "lookup(src, n, dst, values, levels, threads): dst[i] = values[src[i]] (uint8; 0 beyond levels)."},
     {NULL, NULL, 0, NULL},

@@ -168,6 +168,17 @@ class THCCodec:
         return hadamard.unrotate(y, self._block(length), key, length)
 
     def encode(self, x: torch.Tensor, norm: Scalar, *, round: int, bucket: int, worker: int) -> torch.Tensor:
-        """uint8 table indices of ``x``: rotate then quantize."""
-        y = self.rotate(x, round=round, bucket=bucket)
-        return self.quantize(y, norm, round=round, bucket=bucket, worker=worker)
+        """uint8 table indices of ``x``: rotate then quantize (fused on CPU: the rotation is never stored).
+
+        ``norm`` is the shared M; ||x||_2 equals the rotated norm, so workers can agree on M first.
+        """
+        x = _vector("x", x, _FLOATS).to(torch.float32)
+        if not _uses_native(x):
+            y = self.rotate(x, round=round, bucket=bucket)
+            return self.quantize(y, norm, round=round, bucket=bucket, worker=worker)
+        padded = self.padded_length(x.numel())
+        scale = quantize.normalizer(float(norm), padded, x.device)
+        return native.encode(
+            x, padded, self._block(x.numel()), self._sign_key(round, bucket), scale, self._levels_on(x.device),
+            self._round_key(round, bucket, worker),
+        )  # fmt: skip

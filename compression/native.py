@@ -71,6 +71,19 @@ def quantize(y: torch.Tensor, scale: float, levels: Levels, key: Key) -> torch.T
     return out
 
 
+def encode(
+    x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key
+) -> torch.Tensor:
+    """quantize(rotate(x, padded, block, sign_key), scale, levels, round_key) without materializing the rotation."""
+    out = torch.empty(padded, dtype=torch.uint8)
+    _lib.encode(
+        x.data_ptr(), x.numel(), out.data_ptr(), padded, block, sign_key.k0, sign_key.k1, inverse_sqrt(block),
+        scale, levels.threshold, levels.gain, levels.granularity, levels.lower.data_ptr(), levels.base.data_ptr(),
+        levels.width.data_ptr(), round_key.k0, round_key.k1, _threads(),
+    )  # fmt: skip
+    return out
+
+
 def lookup(indices: torch.Tensor, levels: Levels) -> torch.Tensor:
     """quantize.lookup for a contiguous uint8 CPU ``indices``."""
     out = torch.empty(indices.numel(), dtype=torch.uint8)

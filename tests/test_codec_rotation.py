@@ -106,11 +106,13 @@ def test_rotation_spreads_a_spike(codec):
 
 def test_blocks_interleave_so_a_large_layer_spreads_over_all_blocks(codec):
     """A bucket whose energy sits in one contiguous layer still gets even energy per block."""
-    x = torch.randn(8192) * 1e-3
-    x[:1024] = torch.randn(1024) * 10  # one loud layer, the size of a block
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(8192, generator=generator) * 1e-3
+    x[:1024] = torch.randn(1024, generator=generator) * 10  # one loud layer, the size of a block
     y = codec.rotate(x, round=0, bucket=0).view(8, 1024)  # row j = block j
     energy = (y**2).sum(1)
-    assert float(energy.max() / energy.min()) < 1.5
+    # Each block holds 128 of the layer's elements: chi-square spread, not the 1e8 of contiguous blocks.
+    assert float(energy.max() / energy.min()) < 2
 
 
 def test_bad_inputs_are_rejected(codec):
