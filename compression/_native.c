@@ -27,7 +27,8 @@
 #define ELEMENT_GRAIN 65536 /* least elements worth a thread */
 #define GROUP_GRAIN 65536   /* least transform elements worth a thread */
 
-/* GCC vector extensions: 8 lanes, lowered to AVX2 or SSE2 by the target clone. */
+/* GCC (>= 9) vector extensions: 8 lanes, lowered to AVX2 or SSE2 by the target clone. Other
+ * compilers fail the (optional) build and the codec uses its torch path. */
 typedef float v8f __attribute__((vector_size(32)));
 typedef uint32_t v8u __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -375,11 +376,19 @@ INLINE v16b lookup16(const uint8_t *table, size_t chunks, v16b index) {
 
 /* The low byte of each int32 lane, in bytes 0-7 (and again in 8-15). */
 INLINE v16b narrow8(v8i v) {
-    return __builtin_shufflevector((v32b)v, (v32b)v, 0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    v32b bytes = __builtin_shuffle((v32b)v, (v32b){0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28,
+                                                   0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28});
+    v16b low;
+    memcpy(&low, &bytes, sizeof low);
+    return low;
 }
 
 /* Bytes 0-7 of v as int32 lanes (zero-extended). */
-INLINE v8i widen8(v16b v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), v8i); }
+INLINE v8i widen8(v16b v) {
+    v8b low;
+    memcpy(&low, &v, sizeof low);
+    return __builtin_convertvector(low, v8i);
+}
 
 /* ---- quantize: clip, map to [0, g], stochastic rounding to table levels (quantize.quantize) ----
  * v rounds up from R[i] to R[i+1] when r * (R[i+1] - R[i]) < v - R[i], r uniform in [0, 1). */
