@@ -113,7 +113,11 @@ class THCCodec:
     # --- rotation ---
 
     def rotate(self, x: torch.Tensor, *, round: int, bucket: int) -> torch.Tensor:
-        """fp32 randomized Hadamard transform of ``x``, zero-padded to padded_length(len(x))."""
+        """fp32 randomized Hadamard transform of ``x``, zero-padded to padded_length(len(x)).
+
+        Signs come from (seed, round, bucket); each block is an interleaved slice of the input
+        (every m-th element), transformed and stored contiguously (see hadamard.py for why).
+        """
         x = _vector("x", x, _FLOATS).to(torch.float32)
         padded = self.padded_length(x.numel())
         key = self._sign_key(round, bucket)
