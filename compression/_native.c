@@ -144,7 +144,7 @@ static void parallel_for(range_fn fn, const void *ctx, size_t count, size_t grai
  */
 
 #define GROUP 32         /* columns per task: 128 bytes of each strided row, 32 blocks of output */
-#define PREFETCH_ROWS 32 /* how far ahead strided rows are prefetched */
+#define PREFETCH_ROWS 8 /* how far ahead strided rows are prefetched: the next tile's rows */
 
 /* Butterfly stages h = 1, 2, 4 inside one group of 8: pairs (j, j + h) get a + b and a - b. */
 INLINE v8f butterflies8(v8f v) {
@@ -226,6 +226,18 @@ INLINE void transpose8(v8f v[8]) {
     }
 }
 
+/* Distance between blocks in a task's scratch: a block plus one cache line, so that the 8 blocks
+ * a tile touches do not all fall into the same L1 set (blocks are 4 KiB multiples). */
+static size_t skewed(size_t block) { return (block < 8 ? 8 : block) + 16; }
+
+/* Scratch for the GROUP blocks of one task; aborts when out of memory, as there is no way to
+ * report it from a worker thread and the process cannot go on anyway. */
+static float *group_scratch(size_t block) {
+    float *x = aligned_alloc(32, GROUP * skewed(block) * sizeof(float));
+    if (!x) abort();
+    return x;
+}
+
 /* ---- rotate: pad, flip signs, gather interleaved blocks, transform (hadamard.rotate) ---- */
 
 typedef struct {
@@ -243,8 +255,8 @@ INLINE v8u group_words(size_t column, size_t block, size_t r, uint32_t k0, uint3
 }
 
 /* Rows r .. r + 7 of the 8 input columns from `column`, transposed into their gathered blocks
- * (block k at out + k * block) with signs flipped. */
-INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r, float *out) {
+ * (block k at out + k * stride) with signs flipped. */
+INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r, float *out, size_t stride) {
     const size_t block = a->block, columns = a->columns, n = a->n;
     v8f v[8];
     for (int i = 0; i < 8; i++) {
@@ -259,12 +271,13 @@ INLINE void rotate_tile(const rotate_args *a, size_t column, size_t r, float *ou
     v8u words = group_words(column, block, r, a->k0, a->k1);
     for (int k = 0; k < 8; k++) {
         size_t p = (column + k) * block + r;
-        store8(out + k * block + r, flip8(v[k], sign_mask8(words[k], (uint32_t)p)));
+        store8(out + k * stride + r, flip8(v[k], sign_mask8(words[k], (uint32_t)p)));
     }
 }
 
-/* Rotated blocks of task g (columns g * GROUP onward) into out, block k of the task at out + k * block. */
-INLINE void rotate_group(const rotate_args *a, size_t g, float *out) {
+/* Rotated blocks of task g (columns g * GROUP onward) into out, block k of the task at
+ * out + k * stride. */
+INLINE void rotate_group(const rotate_args *a, size_t g, float *out, size_t stride) {
     const size_t block = a->block, columns = a->columns, n = a->n;
     size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
     size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
@@ -272,19 +285,19 @@ INLINE void rotate_group(const rotate_args *a, size_t g, float *out) {
         for (size_t i = 0; i < 8; i++) /* strided rows: fetch ahead of the hardware's reach */
             for (size_t k = 0, at = (r + i + PREFETCH_ROWS) * columns + column; k < vector; k += 16)
                 if (at + k < n) __builtin_prefetch(a->src + at + k);
-        for (size_t k = 0; k < vector; k += 8) rotate_tile(a, column + k, r, out + k * block);
+        for (size_t k = 0; k < vector; k += 8) rotate_tile(a, column + k, r, out + k * stride, stride);
     }
     for (size_t k = vector; k < width; k++)
         for (size_t r = 0; r < block; r++) {
             size_t i = r * columns + column + k, p = (column + k) * block + r;
-            out[k * block + r] = flip(i < n ? a->src[i] : 0.0f, sign_mask((uint32_t)p, a->k0, a->k1));
+            out[k * stride + r] = flip(i < n ? a->src[i] : 0.0f, sign_mask((uint32_t)p, a->k0, a->k1));
         }
-    for (size_t k = 0; k < width; k++) transform(out + k * block, block, a->scale);
+    for (size_t k = 0; k < width; k++) transform(out + k * stride, block, a->scale);
 }
 
 SIMD static void rotate_range(const void *ctx, size_t first, size_t last) {
     const rotate_args args = *(const rotate_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
-    for (size_t g = first; g < last; g++) rotate_group(a, g, a->dst + g * GROUP * a->block);
+    for (size_t g = first; g < last; g++) rotate_group(a, g, a->dst + g * GROUP * a->block, a->block);
 }
 
 /* ---- unrotate: (src - offset) * scale, transform, scatter interleaved blocks, flip signs,
@@ -317,15 +330,15 @@ INLINE void unrotate_load(float *restrict out, const unrotate_args *a, size_t at
     }
 }
 
-/* Rows r .. r + 7 of the 8 transformed blocks in x from `column` (block k at x + k * block), signs
- * flipped, transposed back into the output's interleaved layout. */
-INLINE void unrotate_tile(const unrotate_args *a, const float *x, size_t column, size_t r) {
+/* Rows r .. r + 7 of the 8 transformed blocks in x from `column` (block k at x + k * stride),
+ * signs flipped, transposed back into the output's interleaved layout. */
+INLINE void unrotate_tile(const unrotate_args *a, const float *x, size_t stride, size_t column, size_t r) {
     const size_t block = a->block, columns = a->columns, length = a->length;
     v8f v[8];
     v8u words = group_words(column, block, r, a->k0, a->k1);
     for (int k = 0; k < 8; k++) {
         uint32_t p = (uint32_t)((column + k) * block + r);
-        v[k] = flip8(load8(x + k * block + r), sign_mask8(words[k], p));
+        v[k] = flip8(load8(x + k * stride + r), sign_mask8(words[k], p));
     }
     transpose8(v);
     for (int i = 0; i < 8; i++) {
@@ -340,22 +353,21 @@ INLINE void unrotate_tile(const unrotate_args *a, const float *x, size_t column,
 
 SIMD static void unrotate_range(const void *ctx, size_t first, size_t last) {
     const unrotate_args args = *(const unrotate_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
-    const size_t block = a->block, columns = a->columns, length = a->length;
-    float *restrict x = aligned_alloc(32, GROUP * (block < 8 ? 8 : block) * sizeof(float));
-    if (!x) abort(); /* GROUP blocks of floats: failing here means the process is out of memory anyway */
+    const size_t block = a->block, columns = a->columns, length = a->length, stride = skewed(block);
+    float *restrict x = group_scratch(block);
     for (size_t g = first; g < last; g++) {
         size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
         size_t vector = block >= 8 ? width / 8 * 8 : 0; /* columns that go through transposes */
         for (size_t k = 0; k < width; k++) {
-            unrotate_load(x + k * block, a, (column + k) * block, block);
-            transform(x + k * block, block, a->norm);
+            unrotate_load(x + k * stride, a, (column + k) * block, block);
+            transform(x + k * stride, block, a->norm);
         }
         for (size_t r = 0; vector && r < block; r += 8)
-            for (size_t k = 0; k < vector; k += 8) unrotate_tile(a, x + k * block, column + k, r);
+            for (size_t k = 0; k < vector; k += 8) unrotate_tile(a, x + k * stride, stride, column + k, r);
         for (size_t k = vector; k < width; k++)
             for (size_t r = 0; r < block; r++) {
                 size_t i = r * columns + column + k, p = (column + k) * block + r;
-                if (i < length) a->dst[i] = flip(x[k * block + r], sign_mask((uint32_t)p, a->k0, a->k1));
+                if (i < length) a->dst[i] = flip(x[k * stride + r], sign_mask((uint32_t)p, a->k0, a->k1));
             }
     }
     free(x);
@@ -453,13 +465,15 @@ typedef struct {
 
 SIMD static void encode_range(const void *ctx, size_t first, size_t last) {
     const encode_args args = *(const encode_args *)ctx, *a = &args; /* a local copy: stores cannot alias it */
-    const size_t block = a->rotate.block, columns = a->rotate.columns;
-    float *restrict y = aligned_alloc(32, GROUP * (block < 8 ? 8 : block) * sizeof(float));
-    if (!y) abort(); /* GROUP blocks of floats: failing here means the process is out of memory anyway */
+    const size_t block = a->rotate.block, columns = a->rotate.columns, stride = skewed(block);
+    float *restrict y = group_scratch(block);
     for (size_t g = first; g < last; g++) {
         size_t column = g * GROUP, width = columns - column < GROUP ? columns - column : GROUP;
-        rotate_group(&a->rotate, g, y);
-        quantize_some(&a->quantize, y, column * block, width * block, a->quantize.dst + column * block);
+        rotate_group(&a->rotate, g, y, stride);
+        for (size_t k = 0; k < width; k++) {
+            size_t p = (column + k) * block;
+            quantize_some(&a->quantize, y + k * stride, p, block, a->quantize.dst + p);
+        }
     }
     free(y);
 }
