@@ -1,0 +1,197 @@
+"""THCCodec: rotate, quantize, and their inverses, on any device.
+
+CPU tensors go through the fused C kernels when they are built (native.py), everything else
+through the torch implementation (hadamard.py, quantize.py); both compute the same values.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import hadamard, native, quantize
+from .config import THCConfig
+from .quantize import Levels, Scalar, f32
+from .rng import ROUND_STREAM, SIGN_STREAM, Key, stream_key
+from .table import _require_int
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_MAX_PADDED = 2**32  # element indices feed 32-bit random streams
+_warned_fallback = False
+
+
+def _uses_native(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` goes to the C kernels; warns once when a CPU tensor cannot."""
+    global _warned_fallback
+    if tensor.device.type != "cpu":
+        return False
+    if native.native_available():
+        return True
+    if native.load_error is not None and not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn(
+            f"ina.compression: native CPU kernels unavailable ({native.load_error}); using the much slower "
+            "pure-torch path. Reinstall with a C compiler present (pip install -e .) to build them.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return False
+
+
+def _vector(name: str, tensor: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> torch.Tensor:
+    """``tensor`` made contiguous after checking it is 1-D with one of ``dtypes``."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 or tensor.dtype not in dtypes:
+        got = f"shape {tuple(tensor.shape)} {tensor.dtype}" if isinstance(tensor, torch.Tensor) else type(tensor)
+        raise ValueError(f"{name} must be a 1-D tensor of {', '.join(map(str, dtypes))}; got {got}")
+    return tensor.detach().contiguous()
+
+
+class THCCodec:
+    """Tensor Homomorphic Compression of 1-D gradient buckets.
+
+    All workers build the codec with the same config and seed; signs and rounding streams then
+    follow from (round, bucket[, worker]) with no communication. One worker's side, with the two
+    collectives marked (a single worker here, so they are no-ops):
+
+    >>> import torch
+    >>> from ina.compression import THCCodec, THCConfig, collective_sum_dtype
+    >>> codec, workers = THCCodec(THCConfig(), seed=0), 1
+    >>> x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    >>> norm = x.norm()  # all_reduce(norm, op=MAX): the shared scale M
+    >>> indices = codec.encode(x, norm, round=0, bucket=0, worker=0)
+    >>> total = codec.table_values(indices).to(collective_sum_dtype(workers, codec.config.granularity))
+    >>> # all_reduce(total, op=SUM): integers, summed exactly by switches and collectives alike
+    >>> mean = codec.decode(total, workers, norm, round=0, bucket=0, length=x.numel())
+    >>> bool((mean - x).norm() ** 2 / x.norm() ** 2 < 0.05)
+    True
+    """
+
+    def __init__(self, config: THCConfig, seed: int = 0) -> None:
+        if not isinstance(config, THCConfig):
+            raise ValueError(f"config must be a THCConfig, got {type(config).__name__}")
+        self.config = config
+        self.seed = _require_int("seed", seed, -(2**63))
+        self._levels = {torch.device("cpu"): Levels.build(config.table, config.threshold)}
+
+    def __repr__(self) -> str:
+        return f"THCCodec({self.config!r}, seed={self.seed})"
+
+    # --- shapes and keys ---
+
+    def padded_length(self, n: int) -> int:
+        """``n`` rounded up to whole transform blocks (block = min(block_size, next power of two >= n))."""
+        padded = hadamard.padded_length(_require_int("length", n, 0), self.config.block_size)
+        if padded > _MAX_PADDED:
+            raise ValueError(f"length must pad to at most 2**32 elements, got {n}; split it into buckets")
+        return padded
+
+    def _block(self, n: int) -> int:
+        return hadamard.block_length(n, self.config.block_size)
+
+    def _sign_key(self, round: int, bucket: int) -> Key:
+        return stream_key(SIGN_STREAM, self.seed, _require_int("round", round, 0), _require_int("bucket", bucket, 0))
+
+    def _round_key(self, round: int, bucket: int, worker: int) -> Key:
+        return stream_key(
+            ROUND_STREAM, self.seed, _require_int("round", round, 0), _require_int("bucket", bucket, 0),
+            _require_int("worker", worker, 0),
+        )  # fmt: skip
+
+    def _levels_on(self, device: torch.device) -> Levels:
+        if device not in self._levels:
+            self._levels[device] = self._levels[torch.device("cpu")].to(device)
+        return self._levels[device]
+
+    def _check_padded(self, name: str, tensor: torch.Tensor, length: int) -> None:
+        if tensor.numel() != self.padded_length(length):
+            raise ValueError(
+                f"{name} has {tensor.numel()} elements but length {length} pads to {self.padded_length(length)}; "
+                f"pass the length of the original vector"
+            )
+
+    # --- rotation ---
+
+    def rotate(self, x: torch.Tensor, *, round: int, bucket: int) -> torch.Tensor:
+        """fp32 randomized Hadamard transform of ``x``, zero-padded to padded_length(len(x)).
+
+        Signs come from (seed, round, bucket); each block is an interleaved slice of the input
+        (every m-th element), transformed and stored contiguously (see hadamard.py for why).
+        """
+        x = _vector("x", x, _FLOATS).to(torch.float32)
+        padded = self.padded_length(x.numel())
+        key = self._sign_key(round, bucket)
+        if _uses_native(x):
+            return native.rotate(x, padded, self._block(x.numel()), key)
+        return hadamard.rotate(x, padded, self._block(x.numel()), key)
+
+    def unrotate(self, y: torch.Tensor, *, round: int, bucket: int, length: int) -> torch.Tensor:
+        """Exact inverse of :meth:`rotate`: fp32, padding dropped."""
+        y = _vector("y", y, _FLOATS).to(torch.float32)
+        self._check_padded("y", y, length)
+        key = self._sign_key(round, bucket)
+        if _uses_native(y):
+            return native.unrotate(y, self._block(length), key, length)
+        return hadamard.unrotate(y, self._block(length), key, length)
+
+    # --- quantization ---
+
+    def quantize(self, y: torch.Tensor, norm: Scalar, *, round: int, bucket: int, worker: int) -> torch.Tensor:
+        """uint8 table indices of rotated ``y`` under the shared scale ``norm`` (M; 0 is allowed)."""
+        y = _vector("y", y, _FLOATS).to(torch.float32)
+        key = self._round_key(round, bucket, worker)
+        if _uses_native(y):
+            scale = quantize.normalizer(float(norm), y.numel(), y.device)
+            return native.quantize(y, scale, self._levels_on(y.device), key)
+        scale = quantize.normalizer(norm, y.numel(), y.device)
+        return quantize.quantize(y, scale, self._levels_on(y.device), key)
+
+    def table_values(self, indices: torch.Tensor) -> torch.Tensor:
+        """uint8 table values R[indices]: what switches and collectives add up."""
+        indices = _vector("indices", indices, (torch.uint8,))
+        if _uses_native(indices):
+            return native.lookup(indices, self._levels_on(indices.device))
+        return quantize.lookup(indices, self._levels_on(indices.device))
+
+    def _affine(self, total: torch.Tensor, workers: int, norm: Scalar) -> tuple[float, Scalar]:
+        """(offset, scale) with mean = (total - offset) * scale in the rotated domain."""
+        self.config.check_workers(workers)
+        g = self.config.granularity
+        offset = f32(workers * g / 2)
+        return offset, quantize.step(norm, total.numel(), workers, self.config.threshold, g, total.device)
+
+    def dequantize(self, total: torch.Tensor, workers: int, norm: Scalar) -> torch.Tensor:
+        """fp32 rotated-domain mean from the sum over ``workers`` of their table values."""
+        total = _vector("total", total, _INTEGERS)
+        return quantize.dequantize(total, *self._affine(total, workers, norm))
+
+    def decode(
+        self, total: torch.Tensor, workers: int, norm: Scalar, *, round: int, bucket: int, length: int
+    ) -> torch.Tensor:
+        """fp32 mean of the workers' inputs (dequantize + unrotate, fused on CPU)."""
+        total = _vector("total", total, _INTEGERS)
+        self._check_padded("total", total, length)
+        key = self._sign_key(round, bucket)
+        if _uses_native(total):
+            offset, scale = self._affine(total, workers, float(norm))
+            if total.dtype not in (torch.uint8, torch.int32):
+                total = total.to(torch.float32)
+            return native.unrotate(total, self._block(length), key, length, offset=offset, scale=scale)
+        y = quantize.dequantize(total, *self._affine(total, workers, norm))
+        return hadamard.unrotate(y, self._block(length), key, length)
+
+    def encode(self, x: torch.Tensor, norm: Scalar, *, round: int, bucket: int, worker: int) -> torch.Tensor:
+        """uint8 table indices of ``x``: rotate then quantize (fused on CPU: the rotation is never stored).
+
+        ``norm`` is the shared M; ||x||_2 equals the rotated norm, so workers can agree on M first.
+        """
+        x = _vector("x", x, _FLOATS).to(torch.float32)
+        if not _uses_native(x):
+            y = self.rotate(x, round=round, bucket=bucket)
+            return self.quantize(y, norm, round=round, bucket=bucket, worker=worker)
+        padded = self.padded_length(x.numel())
+        scale = quantize.normalizer(float(norm), padded, x.device)
+        return native.encode(
+            x, padded, self._block(x.numel()), self._sign_key(round, bucket), scale, self._levels_on(x.device),
+            self._round_key(round, bucket, worker),
+        )  # fmt: skip

@@ -1,0 +1,51 @@
+"""Bit packing of small integers into 32-bit words: the wire layout of indices and lanes.
+
+floor(32 / width) fields per word; field j of a word occupies bits [j*width, (j+1)*width) from
+the least significant bit; fields never straddle words and the last word is zero-padded.
+Words are returned as torch.int32 holding the uint32 bit pattern (torch has no full uint32 math).
+"""
+from __future__ import annotations
+
+import torch
+
+from .table import _require_int
+
+_INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _fields(width: int) -> int:
+    return 32 // _require_int("width", width, 1, 32)
+
+
+def _shifts(width: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(_fields(width), dtype=torch.int64, device=device) * width
+
+
+def pack_bits(values: torch.Tensor, width: int) -> torch.Tensor:
+    """Pack a 1-D tensor of integers in [0, 2**width) into int32 words, LSB-first fields."""
+    fields = _fields(width)
+    if values.dim() != 1 or values.dtype not in _INTEGER_DTYPES:
+        raise ValueError(f"values must be a 1-D integer tensor, got shape {tuple(values.shape)} {values.dtype}")
+    wide = values.to(torch.int64)
+    if wide.numel() and bool(((wide >> width) != 0).any()):
+        raise ValueError(f"values must lie in 0..2**{width} - 1 for width {width}; use a larger width")
+    words = -(-wide.numel() // fields)
+    padded = torch.zeros(words * fields, dtype=torch.int64, device=values.device)
+    padded[: wide.numel()] = wide
+    # Fields occupy disjoint bits, so summing the shifted fields is the same as OR-ing them.
+    packed = (padded.view(words, fields) << _shifts(width, values.device)).sum(dim=1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+def unpack_bits(words: torch.Tensor, width: int, count: int) -> torch.Tensor:
+    """The first ``count`` fields of int32 ``words``; uint8 when width <= 8, else int32 (bit pattern)."""
+    fields = _fields(width)
+    _require_int("count", count, 0, words.numel() * fields)
+    if words.dim() != 1 or words.dtype != torch.int32:
+        raise ValueError(f"words must be a 1-D torch.int32 tensor, got shape {tuple(words.shape)} {words.dtype}")
+    unsigned = words.to(torch.int64) & 0xFFFFFFFF
+    values = (unsigned[:, None] >> _shifts(width, words.device)) & (2**width - 1)
+    values = values.reshape(-1)[:count]
+    if width <= 8:
+        return values.to(torch.uint8)
+    return torch.where(values >= 2**31, values - 2**32, values).to(torch.int32)
