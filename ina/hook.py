@@ -18,9 +18,6 @@ __all__ = ["THCState", "thc_hook"]
 
 logger = logging.getLogger(__name__)
 
-_TINY_NORM = torch.finfo(torch.float32).tiny
-
-
 def _require_int(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -197,9 +194,7 @@ def _thc_mean(
     max_norm = transport.norm_max(torch.linalg.vector_norm(x), bucket=index)
     rotated = codec.rotate(x, **where)
     scale = max_norm.wait()
-    # Quantizing divides by the scale and decoding multiplies by it: a bucket that is zero on
-    # every worker quantizes finitely and decodes to exact zeros.
-    indices = codec.quantize(rotated, scale.clamp_min(_TINY_NORM), worker=rank, **where)
+    indices = codec.quantize(rotated, scale, worker=rank, **where)
     total = transport.table_sum(indices, codec, workers, bucket=index)
 
     def finish(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
