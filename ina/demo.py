@@ -21,7 +21,7 @@ def register(subcommands: "argparse._SubParsersAction[argparse.ArgumentParser]")
     )
     parser.add_argument("--workers", type=_positive, default=4, help="local worker processes (default 4)")
     length = parser.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=_positive, default=10, help="passes over the training set (default 10)")
+    length.add_argument("--epochs", type=_positive, default=10, help="passes over the data (default 10)")
     length.add_argument("--steps", type=_positive, help="training steps (instead of --epochs)")
     length.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps: a smoke test for CI")
     parser.add_argument("--bits", type=_positive, default=4, help="THC bits per coordinate (default 4)")
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     data = Digits.load(args.seed)
     steps = QUICK_STEPS if args.quick else args.steps or args.epochs * math.ceil(len(data.x_train) / BATCH)
-    thc = THCOptions(bits=args.bits, granularity=granularity, transport=args.transport, start_iter=min(10, steps // 10))
+    warm_up = min(10, steps // 10)
+    thc = THCOptions(bits=args.bits, granularity=granularity, start_iter=warm_up, transport=args.transport)
     runs = [
         Run(label="fp32 allreduce", steps=steps, seed=args.seed, data=data, thc=None),
         Run(label=f"THC {args.bits}-bit ({args.transport})", steps=steps, seed=args.seed, data=data, thc=thc),
@@ -65,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     baseline = outcomes[0].bytes_per_step
     print(f"{'':28}{'test accuracy':>15}{'bytes/worker/step':>20}")
     for r, outcome in zip(runs, outcomes):
-        ratio = f"  ({baseline / outcome.bytes_per_step:.1f}x less)" if outcome.bytes_per_step < baseline else ""
-        print(f"{r.label:28}{outcome.accuracy:>14.1%}{outcome.bytes_per_step:>20,}{ratio}")
+        sent = outcome.bytes_per_step
+        ratio = f"  ({baseline / sent:.1f}x less)" if sent < baseline else ""
+        print(f"{r.label:28}{outcome.accuracy:>14.1%}{sent:>20,}{ratio}")
     return 0
 
 

@@ -5,8 +5,8 @@ train in seconds, yet a model learns it to high accuracy: a fair check that THC 
 as well as fp32 ones.
 """
 import threading
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import asdict, dataclass
+from typing import Iterator, Optional
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -22,12 +22,12 @@ MOMENTUM = 0.9
 
 @dataclass(frozen=True)
 class THCOptions:
-    """How the THC run compresses; ``None`` in :class:`Run` means plain fp32 allreduce."""
+    """THCState arguments of the THC run; ``None`` in :class:`Run` means plain fp32 allreduce."""
 
     bits: int
     granularity: int
-    transport: str
     start_iter: int
+    transport: str
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,13 @@ def train_worker(rank: int, workers: int, run: Run) -> Outcome:
         torch.nn.Linear(x_train.shape[1], HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)
     )
     ddp = DistributedDataParallel(model)
+    state = None
+    if run.thc is not None:
+        state = THCState(**asdict(run.thc))
+        ddp.register_comm_hook(state, thc_hook)
+    meter = _ByteMeter(model, state)
     # tqdm's default lock is a multiprocessing semaphore that outlives the worker; one thread suffices.
     tqdm.set_lock(threading.RLock())
-    meter = _ByteMeter(ddp, run.thc)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     order = torch.Generator().manual_seed(run.seed)
     share = BATCH // workers
@@ -95,7 +99,7 @@ def train_worker(rank: int, workers: int, run: Run) -> Outcome:
     return Outcome(accuracy=accuracy, bytes_per_step=meter.last_step)
 
 
-def _batches(size: int, batch: int, generator: torch.Generator):
+def _batches(size: int, batch: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """Endless global batches: a fresh permutation of the training set each epoch."""
     while True:
         permutation = torch.randperm(size, generator=generator)
@@ -104,16 +108,11 @@ def _batches(size: int, batch: int, generator: torch.Generator):
 
 
 class _ByteMeter:
-    """Bytes one worker hands to reductions per step: counted by THCState, or every fp32 gradient."""
+    """Bytes one worker hands to reductions per step: as THCState counts them, else every fp32 gradient."""
 
-    def __init__(self, ddp: DistributedDataParallel, thc: Optional[THCOptions]) -> None:
-        self.state: Optional[THCState] = None
-        self.last_step = sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad)
-        if thc is not None:
-            self.state = THCState(
-                bits=thc.bits, granularity=thc.granularity, start_iter=thc.start_iter, transport=thc.transport
-            )
-            ddp.register_comm_hook(self.state, thc_hook)
+    def __init__(self, model: torch.nn.Module, state: Optional[THCState]) -> None:
+        self.state = state
+        self.last_step = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         self._total = 0
 
     def step_done(self) -> None:

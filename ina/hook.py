@@ -85,7 +85,9 @@ class THCState:
         min_compression_elements: int = 1024,
         transport: Union[str, Transport] = "collective",
     ) -> None:
-        self.config = THCConfig(bits=bits, granularity=granularity, clip=clip, block_size=block_size, grid=grid)
+        self.config = THCConfig(
+            bits=bits, granularity=granularity, clip=clip, block_size=block_size, grid=grid
+        )
         self.seed = _require_int("seed", seed, 0)
         if not isinstance(error_feedback, bool):
             raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
@@ -108,7 +110,9 @@ class THCState:
             raise ValueError(f"transport must be a name or a Transport instance, got {transport!r}")
         self.config.check_workers(_group(process_group).size())
         self.process_group = process_group
-        self.transport = create_transport(transport, process_group) if isinstance(transport, str) else transport
+        if isinstance(transport, str):
+            transport = create_transport(transport, process_group)
+        self.transport = transport
         self.codec = THCCodec(self.config, seed=self.seed)
 
     @property

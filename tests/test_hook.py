@@ -63,7 +63,8 @@ def _resume(rank: int, workers: int, bucket_cap_mb: Optional[float]) -> dict:
     resumed = mlp(seed=1)
     resumed.load_state_dict(saved_model)
     restored = pickle.loads(saved_state)
-    progress = {"iteration": restored.iteration, "memory sizes": sorted(m.numel() for m in restored.error_dict.values())}
+    memory_sizes = sorted(memory.numel() for memory in restored.error_dict.values())
+    progress = {"iteration": restored.iteration, "memory sizes": memory_sizes}
     train(_with_hook(resumed, restored, **ddp_options), data, range(5, 8))
     return {"unbroken": list(unbroken.parameters()), "resumed": list(resumed.parameters()), **progress}
 
@@ -78,7 +79,8 @@ def test_pickled_state_resumes_bit_exactly():
 
 def test_restored_memory_of_rebuilt_buckets_does_not_break_resuming():
     for result in run_workers(_resume, 2, 0.001):
-        assert result["memory sizes"] == [2048]  # a rebuilt bucket; the resumed first iteration has one of 2372
+        # Memory of a rebuilt bucket, while the resumed first iteration has one bucket of 2372.
+        assert result["memory sizes"] == [2048]
         for a, b in zip(result["unbroken"], result["resumed"]):
             assert torch.allclose(a, b, rtol=0, atol=0.01)
 

@@ -96,7 +96,9 @@ def _done(value: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
 
 def _solo_state(error_feedback: bool = False) -> THCState:
     """A one-worker state past its warm-up."""
-    state = THCState(process_group=FakeGroup(1), error_feedback=error_feedback, start_iter=2, transport=SoloTransport())
+    state = THCState(
+        process_group=FakeGroup(1), error_feedback=error_feedback, start_iter=2, transport=SoloTransport()
+    )
     state.iteration = 2
     return state
 
