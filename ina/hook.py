@@ -202,6 +202,7 @@ def _thc_mean(
     total = transport.table_sum(indices, codec, workers, bucket=index)
 
     def finish(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        _read_on_current_stream(x, indices, scale, memory)
         mean = codec.decode(fut.value(), workers, scale, length=buffer.numel(), **where)
         if state.error_feedback:
             own = codec.decode(codec.table_values(indices), 1, scale, length=buffer.numel(), **where)
@@ -211,3 +212,14 @@ def _thc_mean(
         return buffer.copy_(mean)
 
     return total.then(finish)
+
+
+def _read_on_current_stream(*tensors: Optional[torch.Tensor]) -> None:
+    """Mark CUDA tensors made on the hook's stream as read by the callback's stream.
+
+    Future callbacks run on streams of their own; without this, the caching allocator could hand
+    the tensors' memory to new work on the hook's stream while the callback still reads them.
+    """
+    for tensor in tensors:
+        if tensor is not None and tensor.is_cuda:
+            tensor.record_stream(torch.cuda.current_stream(tensor.device))
