@@ -1,0 +1,225 @@
+"""THC gradient compression as a torch DDP communication hook.
+
+Annotations here stay real objects (no ``from __future__ import annotations``): DDP's
+``register_comm_hook`` compares the hook's annotations with ``dist.GradBucket`` and
+``torch.futures.Future[torch.Tensor]`` by identity.
+"""
+import logging
+from typing import Any, Optional, Union
+
+import torch
+import torch.distributed as dist
+
+from ina.compression import THCCodec, THCConfig
+from ina.transport import create_transport
+from ina.transport.base import Transport
+
+__all__ = ["THCState", "thc_hook"]
+
+logger = logging.getLogger(__name__)
+
+def _require_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class THCState:
+    r"""Configuration and memory of :func:`thc_hook`, shared by all buckets of one DDP model.
+
+    Args:
+        process_group: the workers that average gradients; ``None`` is the default group.
+            Its size is checked against the sum width when the state is built.
+        bits, granularity, clip, block_size, grid: THC parameters (see ``ina.compression.THCConfig``);
+            the defaults are the reference's: 16 levels in 0..30, 1/32 of the mass clipped.
+        seed: seeds the shared random rotation; must be the same on every worker.
+        error_feedback: add each worker's previous compression error to its next gradient.
+            THC is unbiased without it; it helps at low ``bits``.
+        start_iter: iterations of plain fp32 allreduce before compression starts. Early training
+            is sensitive to gradient noise, and DDP rebuilds its buckets after iteration 0, so
+            ``error_feedback`` needs ``start_iter >= 2`` (memory is kept per bucket index).
+        min_compression_elements: buckets smaller than this are plain-allreduced: padding to a
+            rotation block would cost more than it saves.
+        transport: how the compressed reductions travel: a registered name (``"collective"``:
+            torch.distributed on ``process_group``) or a :class:`ina.transport.base.Transport`.
+
+    The process group, the transport and the codec are not pickled; unpickling binds the
+    default group and a fresh collective transport (set ``process_group`` and ``transport``
+    afterwards for others), and keeps the iteration counter and the error memory. Training then
+    resumes bit-identically if the new DDP instance lays out its buckets as the old one did.
+    DDP rebuilds a new instance's buckets after its first iteration (unless
+    ``find_unused_parameters=True``), so with several buckets that first iteration compresses
+    differently laid-out buckets and skips memory whose size no longer matches.
+
+    ``plain_bytes`` and ``transport.bytes_sent`` count what this worker handed to reductions;
+    :attr:`bytes_sent` is their sum.
+    """
+
+    __slots__ = (
+        "process_group",
+        "transport",
+        "codec",
+        "config",
+        "seed",
+        "error_feedback",
+        "start_iter",
+        "min_compression_elements",
+        # Progress and memory, pickled with the state.
+        "iteration",
+        "error_dict",
+        "plain_bytes",
+    )
+    _UNPICKLED = ("process_group", "transport", "codec")
+
+    def __init__(
+        self,
+        process_group: Optional[dist.ProcessGroup] = None,
+        bits: int = 4,
+        granularity: int = 30,
+        clip: float = 1 / 32,
+        block_size: int = 1024,
+        grid: int = 1001,
+        seed: int = 0,
+        error_feedback: bool = False,
+        start_iter: int = 10,
+        min_compression_elements: int = 1024,
+        transport: Union[str, Transport] = "collective",
+    ) -> None:
+        self.config = THCConfig(
+            bits=bits, granularity=granularity, clip=clip, block_size=block_size, grid=grid
+        )
+        self.seed = _require_int("seed", seed, 0)
+        if not isinstance(error_feedback, bool):
+            raise ValueError(f"error_feedback must be True or False, got {error_feedback!r}")
+        self.error_feedback = error_feedback
+        self.start_iter = _require_int("start_iter", start_iter, 0)
+        if error_feedback and start_iter < 2:
+            raise ValueError(
+                f"error_feedback needs start_iter >= 2, got {start_iter}: DDP rebuilds its buckets "
+                "after iteration 0, and the error memory is kept per bucket index"
+            )
+        self.min_compression_elements = _require_int("min_compression_elements", min_compression_elements, 0)
+        self.iteration = 0
+        self.error_dict: dict[int, torch.Tensor] = {}
+        self.plain_bytes = 0
+        self._bind(process_group, transport)
+
+    def _bind(self, process_group: Optional[dist.ProcessGroup], transport: Union[str, Transport]) -> None:
+        """Attach the workers and the transport, after checking that their sums cannot overflow."""
+        if not isinstance(transport, (str, Transport)):
+            raise ValueError(f"transport must be a name or a Transport instance, got {transport!r}")
+        self.config.check_workers(_group(process_group).size())
+        self.process_group = process_group
+        if isinstance(transport, str):
+            transport = create_transport(transport, process_group)
+        self.transport = transport
+        self.codec = THCCodec(self.config, seed=self.seed)
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this worker has handed to gradient reductions so far, plain and compressed."""
+        return self.plain_bytes + self.transport.bytes_sent
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {slot: getattr(self, slot) for slot in self.__slots__ if slot not in self._UNPICKLED}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for slot, value in state.items():
+            setattr(self, slot, value)
+        logger.warning(
+            "THCState: bound to the default process group and a collective transport; "
+            "set process_group and transport after loading to use others."
+        )
+        self._bind(None, "collective")
+
+
+def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    r"""Average ``bucket`` over the workers with THC: 4-8x less traffic than fp32 allreduce.
+
+    Per bucket: optionally add the error memory; rotate (randomized Hadamard, fresh per round and
+    bucket, agreed without communication); take the max of the workers' norms (one tiny MAX
+    reduction, in flight during the rotation); quantize to table values by unbiased stochastic
+    rounding; sum those integers (one SUM reduction); decode the mean. The first
+    ``state.start_iter`` iterations and buckets under ``state.min_compression_elements`` use
+    plain allreduce. The result has the bucket's dtype (fp32, fp16 or bf16).
+
+    The hook waits for the MAX before quantizing rather than chaining it: a reduction issued from
+    a completion callback would run on a gloo worker thread, in an order that differs between
+    ranks. On CUDA the wait only orders streams. Decoding is chained, so the SUM overlaps the
+    rest of the backward pass.
+
+    Example::
+        >>> # xdoctest: +SKIP
+        >>> from ina import THCState, thc_hook
+        >>> ddp_model.register_comm_hook(THCState(process_group=None, bits=4, granularity=30), thc_hook)
+    """
+    group = _group(state.process_group)
+    buffer = bucket.buffer()
+    round_ = state.iteration
+    if bucket.is_last():
+        state.iteration += 1
+        if state.iteration == state.start_iter:
+            logger.info("THC compression starts at iteration %d.", state.iteration)
+    if round_ < state.start_iter or buffer.numel() < state.min_compression_elements:
+        return _allreduce_mean(state, group, buffer)
+    return _thc_mean(state, group, buffer, round_, bucket.index())
+
+
+def _group(process_group: Optional[dist.ProcessGroup]) -> dist.ProcessGroup:
+    if process_group is not None:
+        return process_group
+    if not dist.is_initialized():
+        raise RuntimeError("call torch.distributed.init_process_group before building THCState")
+    return dist.group.WORLD
+
+
+def _allreduce_mean(
+    state: THCState, group: dist.ProcessGroup, buffer: torch.Tensor
+) -> torch.futures.Future[torch.Tensor]:
+    """Plain allreduce; dividing first keeps fp16 sums from overflowing."""
+    buffer.div_(group.size())
+    state.plain_bytes += buffer.numel() * buffer.element_size()
+    work = dist.all_reduce(buffer, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _thc_mean(
+    state: THCState, group: dist.ProcessGroup, buffer: torch.Tensor, round_: int, index: int
+) -> torch.futures.Future[torch.Tensor]:
+    codec, transport = state.codec, state.transport
+    workers, rank = group.size(), group.rank()
+    where = {"round": round_, "bucket": index}
+    memory = state.error_dict.get(index) if state.error_feedback else None
+    if memory is not None and memory.numel() != buffer.numel():
+        memory = None  # a new DDP instance's first iteration: its buckets are not yet rebuilt
+    x = buffer.to(torch.float32)
+    if memory is not None:
+        x = x + memory
+    max_norm = transport.norm_max(torch.linalg.vector_norm(x), bucket=index)
+    rotated = codec.rotate(x, **where)
+    scale = max_norm.wait()
+    indices = codec.quantize(rotated, scale, worker=rank, **where)
+    total = transport.table_sum(indices, codec, workers, bucket=index)
+
+    def finish(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+        _read_on_current_stream(x, indices, scale, memory)
+        mean = codec.decode(fut.value(), workers, scale, length=buffer.numel(), **where)
+        if state.error_feedback:
+            own = codec.decode(codec.table_values(indices), 1, scale, length=buffer.numel(), **where)
+            # A non-finite scale (fp16 overflow, skipped by a GradScaler) must not poison the memory.
+            kept = memory if memory is not None else torch.zeros_like(x)
+            state.error_dict[index] = torch.where(scale.isfinite(), x - own, kept)
+        return buffer.copy_(mean)
+
+    return total.then(finish)
+
+
+def _read_on_current_stream(*tensors: Optional[torch.Tensor]) -> None:
+    """Mark CUDA tensors made on the hook's stream as read by the callback's stream.
+
+    Future callbacks run on streams of their own; without this, the caching allocator could hand
+    the tensors' memory to new work on the hook's stream while the callback still reads them.
+    """
+    for tensor in tensors:
+        if tensor is not None and tensor.is_cuda:
+            tensor.record_stream(torch.cuda.current_stream(tensor.device))

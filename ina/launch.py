@@ -1,0 +1,127 @@
+"""Run a function in N local worker processes joined by a process group (gloo by default).
+
+``ina demo`` and the tests use it: no root, no hardware, no fixed port. The parent hosts the
+rendezvous store on a port the OS picks, so concurrent runs never collide. Any failure in a
+worker (an exception, a crash, a timeout) stops all of them and surfaces as :class:`WorkerError`
+with the worker's traceback, never as a hang.
+"""
+import multiprocessing
+import pickle
+import time
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+_HOST = "127.0.0.1"
+
+
+class WorkerError(RuntimeError):
+    """A local worker failed, died or overran its time."""
+
+
+def run_workers(
+    fn: Callable[..., T], workers: int, *args: Any, timeout: float = 120.0, backend: str = "gloo"
+) -> list[T]:
+    """Return ``[fn(rank, workers, *args) for each rank]``, each run in its own process.
+
+    ``fn`` runs after ``init_process_group(backend)`` with one intra-op thread (the workers
+    share the machine's cores); it and its arguments and result must pickle. ``timeout`` bounds
+    the whole run and each collective.
+    """
+    import torch.distributed as dist
+
+    limit = timedelta(seconds=timeout)
+    store = dist.TCPStore(_HOST, 0, None, True, timeout=limit, wait_for_workers=False)
+    # forkserver: children start from a clean, torch-preloaded process, which is fast and,
+    # unlike fork, safe when the parent has already started threads. DDP's constructor imports
+    # torch._dynamo (seconds per process); preloading it pays that once.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch.distributed", "torch._dynamo"])
+    processes, pipes = [], {}
+    try:
+        for rank in range(workers):
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_worker_main,
+                args=(fn, rank, workers, store.port, timeout, backend, sender, args),
+                name=f"ina-worker-{rank}",
+                daemon=True,
+            )
+            process.start()
+            sender.close()
+            processes.append(process)
+            pipes[receiver] = rank
+        return _collect(processes, pipes, time.monotonic() + timeout)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+
+
+def _collect(processes: list, pipes: dict[Connection, int], deadline: float) -> list:
+    """Gather one report per worker; raise on the first failure."""
+    results: dict[int, Any] = {}
+    while pipes:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerError(f"workers {sorted(pipes.values())} did not finish in time")
+        # A worker that exits closes its pipe; its sentinel also catches a pipe held open elsewhere.
+        ready = set(wait([*pipes, *(processes[rank].sentinel for rank in pipes.values())], timeout=remaining))
+        for pipe, rank in list(pipes.items()):
+            if pipe in ready or processes[rank].sentinel in ready:
+                del pipes[pipe]
+                results[rank] = _result(rank, processes, pipe)
+    return [results[rank] for rank in range(len(processes))]
+
+
+def _result(rank: int, processes: list, pipe: Connection) -> Any:
+    """The worker's result, or WorkerError with its traceback or its exit code."""
+    try:
+        status, payload = pickle.loads(pipe.recv_bytes()) if pipe.poll() else ("died", None)
+    except EOFError:
+        status, payload = "died", None
+    if status == "ok":
+        return payload
+    if status == "error":
+        raise WorkerError(f"worker {rank} of {len(processes)} failed:\n{payload}")
+    processes[rank].join(1)
+    raise WorkerError(f"worker {rank} of {len(processes)} died with exit code {processes[rank].exitcode}")
+
+
+def _worker_main(
+    fn: Callable[..., Any],
+    rank: int,
+    workers: int,
+    port: int,
+    timeout: float,
+    backend: str,
+    pipe: Connection,
+    args: tuple,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    try:
+        torch.set_num_threads(1)
+        limit = timedelta(seconds=timeout)
+        store = dist.TCPStore(_HOST, port, workers, False, timeout=limit)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=workers, timeout=limit)
+        result = fn(rank, workers, *args)
+        dist.barrier()
+    except BaseException:
+        _report(pipe, "error", traceback.format_exc())
+        return
+    _report(pipe, "ok", result)
+    dist.destroy_process_group()
+
+
+def _report(pipe: Connection, status: str, payload: Any) -> None:
+    # Plain pickle copies tensors; multiprocessing's own would pass shared-memory handles
+    # that die with this process before the parent opens them.
+    pipe.send_bytes(pickle.dumps((status, payload)))

@@ -1,0 +1,44 @@
+"""THC reductions over torch.distributed collectives (gloo or NCCL), the no-switch default."""
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ina.compression import THCCodec, collective_sum_dtype
+from ina.transport.base import Transport
+
+
+class CollectiveTransport(Transport):
+    """All-reduce MAX of the norms and all-reduce SUM of the table values on ``process_group``.
+
+    THC is homomorphic, so the integers are summed as they are: 1 byte per coordinate while
+    workers * granularity <= 255, else 4 (gloo and NCCL have no 16-bit integer sum). Tensors
+    stay on the bucket's device, so NCCL works on CUDA buckets and gloo on CPU ones.
+
+    Every rank must call it in the same order, as for any collective: the hook does so by
+    issuing both reductions from its own call, never from a completion callback.
+    """
+
+    def __init__(self, process_group: Optional[dist.ProcessGroup] = None) -> None:
+        super().__init__()
+        self.process_group = process_group
+
+    def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
+        scale = norm.detach().to(torch.float32).reshape(1).clone()
+        self.bytes_sent += scale.numel() * scale.element_size()
+        return self._all_reduce(scale, dist.ReduceOp.MAX).then(lambda fut: fut.value()[0][0])
+
+    def table_sum(
+        self, indices: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
+    ) -> torch.futures.Future[torch.Tensor]:
+        dtype = collective_sum_dtype(workers, codec.config.granularity)
+        values = codec.table_values(indices).to(dtype)
+        self.bytes_sent += values.numel() * values.element_size()
+        return self._all_reduce(values, dist.ReduceOp.SUM).then(lambda fut: fut.value()[0])
+
+    def close(self) -> None:
+        """Nothing to release: the process group belongs to the caller."""
+
+    def _all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp) -> torch.futures.Future:
+        work = dist.all_reduce(tensor, op=op, group=self.process_group, async_op=True)
+        return work.get_future()

@@ -1,0 +1,67 @@
+"""Helpers shared by the hook tests: a small regression problem, its model and its training loop.
+
+Multi-process tests run module-level worker functions with ``ina.launch.run_workers``; the
+workers import these helpers too (``tests/`` is on their ``sys.path``, as on pytest's).
+"""
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+SAMPLES, FEATURES, OUTPUTS, HIDDEN = 1024, 32, 4, 64
+SHARD = 16  # samples per worker per step
+
+
+class FakeGroup:
+    """Stands in for a process group where only its size and rank matter."""
+
+    def __init__(self, size: int, rank: int = 0) -> None:
+        self._size, self._rank = size, rank
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
+
+
+def regression_problem(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A smooth nonlinear target plus noise: every worker builds the same one."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(SAMPLES, FEATURES, generator=generator)
+    weights = torch.randn(FEATURES, OUTPUTS, generator=generator) / 4
+    y = 2 * torch.tanh(x @ weights) + 0.3 * torch.randn(SAMPLES, OUTPUTS, generator=generator)
+    return x, y
+
+
+def mlp(seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """2,372 parameters: a 2,048-element weight and 324 elements of smaller tensors."""
+    torch.manual_seed(seed)
+    layers = (torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, OUTPUTS))
+    return torch.nn.Sequential(*layers).to(dtype)
+
+
+def shard(step: int, rank: int, workers: int) -> torch.Tensor:
+    """Indices of this worker's samples at ``step``: disjoint across workers, cycling the data."""
+    start = (step * workers + rank) * SHARD
+    return torch.arange(start, start + SHARD) % SAMPLES
+
+
+def loss_on(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    dtype = next(model.parameters()).dtype
+    return torch.nn.functional.mse_loss(model(x.to(dtype)).float(), y)
+
+
+def train(
+    ddp: DistributedDataParallel, data: tuple[torch.Tensor, torch.Tensor], steps: range, lr: float = 0.1
+) -> None:
+    """Plain SGD (stateless, so a resumed run needs no optimizer state) on this rank's shards."""
+    x, y = data
+    rank, workers = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    for step in steps:
+        batch = shard(step, rank, workers)
+        optimizer.zero_grad()
+        loss_on(ddp, x[batch], y[batch]).backward()
+        optimizer.step()
