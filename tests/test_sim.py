@@ -177,3 +177,22 @@ def test_dead_hosts_unknown_addresses_and_forged_sources():
     assert [d for _, d in net.node(A).seen] == [b"early"]
     assert [d for _, d in net.node(B).seen] == [b"early", b"forged"]
     assert net.counters == {"to_dead_host": 1, "unroutable": 2}  # C, and the echo to the forger
+
+
+def test_coalescing_hands_over_what_arrives_within_the_window_as_one_batch():
+    class Batches(Sink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[tuple[float, int]] = []
+
+        def receive(self, datagrams, now):
+            self.batches.append((now, len(datagrams)))
+            return super().receive(datagrams, now)
+
+    net = Network()
+    net.attach(A, Sink(), Link(bandwidth=1000.0))
+    net.attach(B, Batches(), coalesce=0.0025, processing=0.001)
+    send(net, A, B, [b"x"] * 5)  # one byte each: arrivals at 1, 2, 3, 4, 5 ms
+    net.run(until=1.0)
+    # 1 ms + 2.5 ms window holds arrivals 1..3; processing 3 x 1 ms; the next window opens at 4 ms.
+    assert net.node(B).batches == [(pytest.approx(0.0065), 3), (pytest.approx(0.0085), 2)]
