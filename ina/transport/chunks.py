@@ -43,13 +43,13 @@ class Reduction:
 
 @dataclass(slots=True, eq=False)
 class Chunk:
-    """One packet's worth of a reduction, and its transmission state."""
+    """One packet's worth of a reduction, and its transmission state; `packet` is its first DATA, priority 0."""
 
     seq: int
     reduction: Reduction
     index: int
     header: Header
-    payload: bytes
+    packet: bytes
     queued_at: float
     first_sent: float = 0.0
     last_sent: float = 0.0

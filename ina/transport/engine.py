@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from ina.net.node import Address, Datagram
-from ina.protocol import Flag, Header, Kind, MalformedPacket, parse, result_words
+from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, MalformedPacket, parse, result_words
 from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
 from ina.transport.chunks import Chunk, Reduction, result_length, split
 from ina.transport.errors import TransportError
@@ -24,6 +24,8 @@ from ina.transport.priority import MAX_PRIORITY, IntensityPriority, PriorityPoli
 from ina.transport.rto import RttEstimator
 
 SEQ_MASK = 0xFFFFFFFF
+_FLAGS_AT = HEADER_DTYPE.fields["flags"][1]
+_PRIORITY_AT = HEADER_DTYPE.fields["priority"][1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ class Engine:
                 Kind.DATA, config.job, seq & SEQ_MASK, flags, config.rank, 0,
                 config.slot(seq), index_bits, lane_bits, 1 << config.rank,
             )
-            self._queue.append(Chunk(seq, reduction, index, header, payload, now))
+            self._queue.append(Chunk(seq, reduction, index, header, header.pack(payload), now))
         self.policy.observe(4 * words.size, now)
         return reduction.handle
 
@@ -225,10 +227,11 @@ class Engine:
         timeout = self.rtt.backoff(chunk.retries)
         chunk.deadline = min(now + timeout, chunk.first_sent + self.config.peer_timeout)
         heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
-        priority = max(0, min(self.policy.priority(chunk.queued_at, now), MAX_PRIORITY))
-        flags = chunk.header.flags | (Flag.RESEND if chunk.retries else Flag.NONE)
-        header = chunk.header.with_(priority=priority, flags=flags)
-        return Datagram(header.pack(chunk.payload), self.config.destination)
+        packet = bytearray(chunk.packet)
+        packet[_PRIORITY_AT] = max(0, min(self.policy.priority(chunk.queued_at, now), MAX_PRIORITY))
+        if chunk.retries:
+            packet[_FLAGS_AT] |= Flag.RESEND
+        return Datagram(bytes(packet), self.config.destination)
 
     def _accept(self, datagram: Datagram, now: float) -> None:
         """Take one arriving datagram: a RESULT or STATUS for an outstanding chunk, or count why not."""
