@@ -1,0 +1,377 @@
+"""Serve any `Node` on a UDP socket, with batched I/O.
+
+Python's socket API moves one datagram per system call, and on loopback the kernel's
+per-datagram cost dominates even that. `BatchSocket` therefore uses, where Linux offers them:
+
+- recvmmsg/sendmmsg (libc, through ctypes, with numpy-built message arrays): one system
+  call for many messages;
+- UDP GSO on send: consecutive datagrams to one destination, of one size, leave as one
+  message with a UDP_SEGMENT control message (the kernel cuts it into datagrams);
+- UDP GRO on receive: the kernel hands over runs of datagrams of one flow as one buffer
+  plus their size, which `BatchSocket` cuts apart again.
+
+Datagrams stay datagrams on the wire; per-destination order is kept. Elsewhere, or when
+asked, it falls back to recvfrom/sendto with the same interface.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import select
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ina.net.node import Address, Datagram, Node
+
+MAX_DATAGRAM = 65536  # a receive buffer larger than any UDP payload (or GRO run): nothing is truncated
+MAX_PAYLOAD = 65507  # the most one UDP message (a whole GSO run) may carry
+MAX_SEGMENTS = 64  # UDP_MAX_SEGMENTS of older kernels
+_SOL_UDP, _UDP_SEGMENT, _UDP_GRO = 17, 103, 104
+_SOCKADDR_IN = 16
+_CMSG_SPACE = 24  # room for one cmsghdr (16 bytes) carrying an int
+_MSG_DONTWAIT = 0x40
+
+# struct mmsghdr on LP64 Linux: struct msghdr (56 bytes) then unsigned int msg_len, padded to 64.
+_MMSGHDR = np.dtype(
+    {
+        "names": ["name", "namelen", "iov", "iovlen", "control", "controllen", "flags", "len"],
+        "formats": ["u8", "u4", "u8", "u8", "u8", "u8", "i4", "u4"],
+        "offsets": [0, 8, 16, 24, 32, 40, 48, 56],
+        "itemsize": 64,
+    }
+)
+_IOVEC = np.dtype([("base", "u8"), ("len", "u8")])
+# struct cmsghdr followed by its data: size_t len, int level, int type, then (here) one int.
+_CMSG = np.dtype({"names": ["len", "level", "type", "value"], "formats": ["u8", "i4", "i4", "i4"],
+                  "offsets": [0, 8, 12, 16], "itemsize": _CMSG_SPACE})  # fmt: skip
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    """libc with recvmmsg/sendmmsg, or None where the layouts above do not hold."""
+    if not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+        libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+        libc.recvmmsg.restype = libc.sendmmsg.restype = ctypes.c_int
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def parse_address(text: str, what: str = "address") -> Address:
+    """'host:port' to a (host, port) tuple, with an error that says what to change."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{what} must look like 127.0.0.1:47100, got {text!r}")
+    return host, int(port)
+
+
+def open_socket(address: Address, buffer_bytes: int = 8 << 20) -> socket.socket:
+    """An IPv4 UDP socket bound to `address`, with large kernel buffers (bursts of a batch must fit)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            sock.setsockopt(socket.SOL_SOCKET, option, buffer_bytes)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@dataclass(frozen=True, slots=True)
+class _Runs:
+    """Datagrams regrouped for sending: `payload` holds them back to back, stably sorted by
+    destination; run i is `count[i]` datagrams of `size[i]` bytes (its GSO segment size) to
+    `addresses[i]`, totalling `length[i]` bytes."""
+
+    payload: bytes
+    addresses: list[Address]
+    count: np.ndarray
+    size: np.ndarray
+    length: np.ndarray
+
+
+def _runs(datagrams: Sequence[Datagram], segments: int) -> _Runs:
+    """Consecutive datagrams of one size to one destination, up to `segments` of them within
+    MAX_PAYLOAD, form a run (each destination's order kept; an empty datagram is a run alone)."""
+    index: dict[Address, int] = {}
+    destination = np.array([index.setdefault(a, len(index)) for a in map(attrgetter("addr"), datagrams)], dtype=np.int64)
+    datas = list(map(attrgetter("data"), datagrams))
+    order = np.argsort(destination, kind="stable")
+    destination = destination[order]
+    size = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))[order]
+    group = np.empty(size.size, dtype=bool)
+    group[0] = True
+    group[1:] = (destination[1:] != destination[:-1]) | (size[1:] != size[:-1])
+    starts = np.flatnonzero(group)
+    position = np.arange(size.size) - np.repeat(starts, np.diff(starts, append=size.size))
+    cap = np.minimum(segments, MAX_PAYLOAD // np.maximum(size, 1))
+    begin = np.flatnonzero(group | (position % np.maximum(cap, 1) == 0) | (size == 0))
+    count = np.diff(begin, append=size.size)
+    addresses = list(index)
+    return _Runs(b"".join([datas[i] for i in order.tolist()]), [addresses[d] for d in destination[begin].tolist()],
+                 count, size[begin], size[begin] * count)  # fmt: skip
+
+
+class BatchSocket:
+    """Batched receive and send of datagrams on one IPv4 UDP socket, which it then owns
+    (with GRO on, a plain recvfrom would see merged datagrams). One thread at a time."""
+
+    def __init__(self, sock: socket.socket, messages: int = 64, mmsg: bool | None = None, gso: bool | None = None) -> None:
+        if sock.family != socket.AF_INET or sock.type != socket.SOCK_DGRAM:
+            raise ValueError("BatchSocket needs an IPv4 UDP socket")
+        self.sock = sock
+        self.messages = messages
+        self.mmsg = _LIBC is not None and mmsg is not False
+        self.gso = self.mmsg and gso is not False and _enable_gro(sock)
+        self._sockaddrs: dict[Address, bytes] = {}
+        self._sources: dict[int, Address] = {}
+        if self.mmsg:
+            self._buffers = np.zeros((messages, MAX_DATAGRAM), dtype=np.uint8)
+            self._names = np.zeros((messages, _SOCKADDR_IN), dtype=np.uint8)
+            self._controls = np.zeros(messages, dtype=_CMSG)
+            self._headers, self._iov = _message_array(
+                self._names.ctypes.data, self._buffers.ctypes.data, np.full(messages, MAX_DATAGRAM, np.uint64),
+                self._controls.ctypes.data, _CMSG_SPACE if self.gso else 0)  # fmt: skip
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    # -- receive -----------------------------------------------------------------------------
+
+    def recv(self) -> list[Datagram]:
+        """Datagrams already waiting, up to `messages` messages' worth (a GRO message holds up to
+        64 datagrams; never blocks); [] when none."""
+        if not self.mmsg:
+            return self._recv_plain()
+        headers = self._headers
+        headers["namelen"] = _SOCKADDR_IN
+        if self.gso:
+            headers["controllen"] = _CMSG_SPACE
+        count = _LIBC.recvmmsg(self.sock.fileno(), headers.ctypes.data, self.messages, _MSG_DONTWAIT, None)
+        if count <= 0:
+            error = ctypes.get_errno()
+            if count < 0 and error not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                raise OSError(error, os.strerror(error))
+            return []
+        lengths = headers["len"][:count].astype(np.int64)
+        sizes = lengths
+        if self.gso:
+            control = self._controls[:count]
+            merged = (headers["controllen"][:count] >= 20) & (control["level"] == _SOL_UDP) & (control["type"] == _UDP_GRO)
+            sizes = np.where(merged & (control["value"] > 0), control["value"], lengths)
+        names = self._names[:count]
+        keys = (names[:, 4:8].view(">u4").ravel().astype(np.int64) << 16) | names[:, 2:4].view(">u2").ravel()
+        flat = memoryview(self._buffers.reshape(-1))
+        received: list[Datagram] = []
+        for at, length, size, key in zip(range(0, count * MAX_DATAGRAM, MAX_DATAGRAM), lengths.tolist(), sizes.tolist(), keys.tolist()):
+            blob = flat[at : at + length].tobytes()
+            pieces = [blob[i : i + size] for i in range(0, length, size)] if length > size else [blob]
+            received.extend(map(Datagram, pieces, repeat(self._source(key), len(pieces))))
+        return received
+
+    def _source(self, key: int) -> Address:
+        address = self._sources.get(key)
+        if address is None:
+            address = self._sources[key] = (socket.inet_ntoa((key >> 16).to_bytes(4, "big")), key & 0xFFFF)
+        return address
+
+    def _recv_plain(self) -> list[Datagram]:
+        received = []
+        while len(received) < self.messages:
+            try:
+                data, address = self.sock.recvfrom(MAX_DATAGRAM, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            received.append(Datagram(data, address))
+        return received
+
+    # -- send --------------------------------------------------------------------------------
+
+    def send(self, datagrams: Sequence[Datagram]) -> int:
+        """Send every datagram (blocking while the socket buffer is full); returns how many the kernel refused."""
+        if not self.mmsg:
+            return self._send_plain(datagrams)
+        return self._send_runs(_runs(datagrams, MAX_SEGMENTS if self.gso else 1)) if datagrams else 0
+
+    def _send_plain(self, datagrams: Sequence[Datagram]) -> int:
+        refused = 0
+        for d in datagrams:
+            try:
+                self.sock.sendto(d.data, d.addr)
+            except OSError:
+                refused += 1
+        return refused
+
+    def _sockaddr(self, address: Address) -> bytes:
+        packed = self._sockaddrs.get(address)
+        if packed is None:
+            host, port = address
+            ip = socket.inet_aton(socket.gethostbyname(host))
+            packed = self._sockaddrs[address] = socket.AF_INET.to_bytes(2, sys.byteorder) + port.to_bytes(2, "big") + ip + bytes(8)
+        return packed
+
+    def _send_runs(self, runs: _Runs) -> int:
+        """sendmmsg until every run is out (the kernel takes at most 1024 per call); a run of
+        several datagrams is one GSO message."""
+        count = runs.count.size
+        names = b"".join([self._sockaddr(address) for address in runs.addresses])
+        segment = np.where(runs.count > 1, runs.size, 0)
+        controls = np.zeros(count, dtype=_CMSG)
+        controls["len"], controls["level"], controls["type"], controls["value"] = 18, _SOL_UDP, _UDP_SEGMENT, segment
+        headers, iov = _message_array(_address_of(names), _address_of(runs.payload), runs.length.astype(np.uint64),
+                                      controls.ctypes.data, np.where(segment > 0, _CMSG_SPACE, 0))  # fmt: skip
+        sent, refused = 0, 0
+        while sent < count:
+            done = _LIBC.sendmmsg(self.sock.fileno(), headers.ctypes.data + sent * _MMSGHDR.itemsize, count - sent, 0)
+            if done < 0:
+                error = ctypes.get_errno()
+                if error == errno.EINTR:
+                    continue
+                if segment[sent] > 0 and error in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EMSGSIZE):
+                    self.gso = False  # this path cannot segment: send the rest one datagram at a time
+                    return refused + self._send_plain(_unsent(runs, sent))
+                refused, done = refused + int(runs.count[sent]), 1  # this message cannot go (e.g. no route): skip it
+            sent += done
+        del names, controls, iov  # alive until here: the kernel read through their addresses
+        return refused
+
+
+def _unsent(runs: _Runs, first_run: int) -> list[Datagram]:
+    """The datagrams of runs `first_run`... again, as datagrams."""
+    sizes = np.repeat(runs.size[first_run:], runs.count[first_run:]).tolist()
+    addresses = [a for a, n in zip(runs.addresses[first_run:], runs.count[first_run:].tolist()) for _ in range(n)]
+    start = int(runs.length[:first_run].sum())
+    out = []
+    for size, address in zip(sizes, addresses):
+        out.append(Datagram(runs.payload[start : start + size], address))
+        start += size
+    return out
+
+
+def _address_of(data: bytes) -> int:
+    return np.frombuffer(data, dtype=np.uint8).ctypes.data if data else 0
+
+
+def _message_array(names: int, buffers: int, lengths: np.ndarray, controls: int,
+                   control_size: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """An mmsghdr array and the iovec array it points to: message i has sockaddr `names + 16i`,
+    one iovec over `lengths[i]` bytes of consecutive `buffers`, and control buffer `controls + 24i`."""
+    count = lengths.size
+    iov = np.empty(count, dtype=_IOVEC)
+    iov["base"] = buffers + np.cumsum(lengths) - lengths
+    iov["len"] = lengths
+    headers = np.zeros(count, dtype=_MMSGHDR)
+    index = np.arange(count, dtype=np.uint64)
+    headers["name"] = names + _SOCKADDR_IN * index
+    headers["namelen"] = _SOCKADDR_IN
+    headers["iov"] = iov.ctypes.data + _IOVEC.itemsize * index
+    headers["iovlen"] = 1
+    headers["control"] = np.where(np.asarray(control_size) > 0, controls + _CMSG_SPACE * index, 0)
+    headers["controllen"] = control_size
+    return headers, iov
+
+
+def _enable_gro(sock: socket.socket) -> bool:
+    try:
+        sock.setsockopt(_SOL_UDP, _UDP_GRO, 1)
+        return True
+    except OSError:
+        return False
+
+
+class UdpRunner:
+    """Serves a `Node` on a bound UDP socket until `stop()`: receive in batches, send the
+    outputs, and call `tick` whenever the node's next deadline passes.
+
+    The node gets at most `batch` datagrams per call and each call's output leaves at once,
+    so replies flow while the rest of a large backlog is processed (peers keep working).
+    """
+
+    def __init__(self, node: Node, sock: socket.socket, batch: int = 256, mmsg: bool | None = None, gso: bool | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1 datagram, got {batch}")
+        self.node = node
+        self.batch = batch
+        self.io = BatchSocket(sock, mmsg=mmsg, gso=gso)
+        self.clock = clock
+        self.refused = 0
+        self.error: BaseException | None = None
+        self._stopping = threading.Event()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def bind(cls, node: Node, address: Address, **options: object) -> UdpRunner:
+        """A runner on a fresh socket bound to `address` (port 0: any free port)."""
+        return cls(node, open_socket(address), **options)  # type: ignore[arg-type]
+
+    @property
+    def address(self) -> Address:
+        host, port = self.io.sock.getsockname()[:2]
+        return str(host), int(port)
+
+    def serve_forever(self) -> None:
+        """Run in the calling thread until `stop()`."""
+        node, io = self.node, self.io
+        while not self._stopping.is_set():
+            datagrams = io.recv()
+            for start in range(0, len(datagrams), self.batch):
+                self._send(node.receive(datagrams[start : start + self.batch], self.clock()))
+            deadline = node.next_deadline()
+            if deadline is not None and self.clock() >= deadline:
+                self._send(node.tick(self.clock()))
+                continue
+            if not datagrams:
+                timeout = None if deadline is None else max(0.0, deadline - self.clock())
+                select.select([io, self._wake_r], [], [], timeout)
+
+    def _send(self, datagrams: Sequence[Datagram]) -> None:
+        if datagrams:
+            self.refused += self.io.send(datagrams)
+
+    def start(self) -> UdpRunner:
+        """Serve on a daemon thread; an exception there is kept in `error`."""
+
+        def run() -> None:
+            try:
+                self.serve_forever()
+            except BaseException as error:  # noqa: BLE001 - reported through `error`
+                self.error = error
+
+        self._thread = threading.Thread(target=run, name="udp-runner", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the loop to return (safe from any thread or a signal handler)."""
+        self._stopping.set()
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Stop, wait for the serving thread, and release the sockets."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+        for sock in (self.io.sock, self._wake_r, self._wake_w):
+            sock.close()

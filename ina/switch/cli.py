@@ -1,0 +1,79 @@
+"""`ina switch`: run the software switch (docs/switch.md).
+
+`add_parser(subparsers)` plugs it into the `ina` CLI; `python -m ina.switch` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import Any, Sequence
+
+from ina.net.udp import parse_address
+from ina.protocol import DEFAULT_SWITCH_CONTROL_PORT, INA_PORT
+from ina.switch.config import POLICIES, SwitchConfig
+from ina.switch.server import Faults, SwitchServer
+
+DESCRIPTION = "Run the ina software switch: in-network aggregation over UDP, with a JSON/HTTP control API."
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the switch's options to `parser`."""
+    parser.add_argument("--listen", default=f"127.0.0.1:{INA_PORT}", help="UDP data address (default %(default)s)")
+    parser.add_argument("--control", default=f"127.0.0.1:{DEFAULT_SWITCH_CONTROL_PORT}", help="HTTP control address (default %(default)s)")
+    parser.add_argument("--pool", type=int, default=64, help="aggregator slots P, a power of two (default %(default)s)")
+    parser.add_argument("--words", type=int, default=64, help="32-bit payload words per packet K (default %(default)s)")
+    parser.add_argument("--policy", choices=POLICIES, default="esa", help="contention policy (default %(default)s)")
+    parser.add_argument("--slot-timeout", type=float, default=1.0, help="seconds before an idle partial is flushed to its PS (default %(default)s)")
+    parser.add_argument("--batch", type=int, default=256, help="datagrams per receive call (default %(default)s)")
+    faults = parser.add_argument_group("fault injection (applied to received and sent packets)")
+    faults.add_argument("--drop", type=float, default=0.0, help="drop rate")
+    faults.add_argument("--duplicate", type=float, default=0.0, help="duplicate rate")
+    faults.add_argument("--reorder", type=float, default=0.0, help="reorder rate")
+    faults.add_argument("--fault-seed", type=int, default=0, help="seed of the fault streams")
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `switch` as a subcommand of the `ina` CLI; dispatch to `run(args)`."""
+    return configure(subparsers.add_parser("switch", help="run the software switch", description=DESCRIPTION))
+
+
+def build(args: argparse.Namespace) -> SwitchServer:
+    """The server the arguments describe; ValueError says which option to change."""
+    if args.batch < 1:
+        raise ValueError(f"--batch must be at least 1, got {args.batch}")
+    config = SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout)
+    faults = Faults(args.drop, args.duplicate, args.reorder, args.fault_seed)
+    faults.injectors()  # validates the rates
+    listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
+    return SwitchServer(config, listen, control, faults, batch=args.batch)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM; exit status 2 on a bad configuration."""
+    try:
+        server = build(args)
+    except ValueError as error:
+        print(f"ina switch: {error}", file=sys.stderr)
+        return 2
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: server.stop())
+    config = server.core.settings
+    (host, port), (chost, cport) = server.address, server.control_address
+    print(f"ina switch: data udp://{host}:{port}, control http://{chost}:{cport}, pool {config.pool}, "
+          f"words {config.words}, policy {config.policy}", flush=True)  # fmt: skip
+    try:
+        server.serve_forever()
+    finally:
+        counters = server.counters()
+        server.close()
+    print(f"ina switch: stopped; counters {json.dumps(counters)}", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = configure(argparse.ArgumentParser(prog="python -m ina.switch", description=DESCRIPTION))
+    return run(parser.parse_args(argv))

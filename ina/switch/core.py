@@ -1,0 +1,379 @@
+"""The switch's per-packet algorithm (docs/protocol.md, section 5) as a sans-IO `Node`, vectorized.
+
+A batch is validated with masks in one pass. Packets that reach the slots are then applied
+in rounds: each round takes the first remaining packet of every distinct slot, so within a
+round every slot is touched once and the state transition is a handful of masked numpy
+operations. Slots are independent of each other, so the outcome (state, counters and the
+output packets, in order) is exactly that of processing the packets one at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from itertools import chain, repeat
+from operator import itemgetter
+from dataclasses import dataclass, fields
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ina.control import JobSpec
+from ina.net.node import Datagram
+from ina.protocol import Flag, Kind
+from ina.protocol.header import valid_mask
+from ina.switch.config import SwitchConfig
+from ina.switch.state import Jobs, Slots, key_job, key_op, key_seq, make_keys
+from ina.switch.wire import Batch, decode, encode
+
+DROPS = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format", "duplicate")
+EVENTS = (
+    "claimed",  # a chunk took a slot (free, stale replacement or preemption)
+    "aggregated",  # a contribution was added to the slot's partial
+    "completed",
+    "preempted",
+    "collision",
+    "redirected",
+    "resend_forwarded",
+    "straggler",  # a first transmission older than its job's chunk in the slot, forwarded
+    "flushed",  # a RESEND found its own contribution in the slot: partial flushed
+    "stale",
+    "flush_requests",
+    "flush_hits",  # a FLUSH found its chunk in the slot: partial flushed
+    "swept",
+)
+COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
+
+# Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
+_DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), int(Flag.RESEND)
+
+_Out = list[tuple[int, list[Datagram]]]
+"""Output packets, each group tagged with the position of the input packet that caused it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Packets:
+    """The accepted DATA and FLUSH packets of a batch, one array entry per packet."""
+
+    index: np.ndarray  # position in the batch
+    data: np.ndarray  # DATA (else FLUSH)
+    resend: np.ndarray
+    job: np.ndarray  # job table row
+    seq: np.ndarray
+    slot: np.ndarray
+    bit: np.ndarray  # 1 << rank (DATA)
+    prio: np.ndarray  # effective priority min(priority, priority_cap)
+    key: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _Packets:
+        return _Packets(*(getattr(self, f.name)[rows] for f in fields(self)))
+
+
+class SwitchCore:
+    """The software switch: a `Node` for packets and a `ControlTarget` for its job table.
+
+    Thread-safe: the control API may register jobs while a runner feeds packets.
+    """
+
+    role = "switch"
+
+    def __init__(self, config: SwitchConfig) -> None:
+        self.settings = config
+        self.slots = Slots(config.pool, config.words)
+        self.table = Jobs(config.pool)
+        self._mask = config.pool - 1
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self._lock = threading.Lock()
+
+    # -- control plane -------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        return self.settings.to_json()
+
+    def register(self, spec: JobSpec) -> dict[str, Any]:
+        with self._lock:
+            entry = self.table.add(spec)
+        return {"job": spec.job, "slot_base": entry.slot_base}
+
+    def deregister(self, job: int) -> None:
+        """Table entry first (its packets are then unregistered), then its slots and redirects."""
+        with self._lock:
+            self.table.remove(job)
+            self.slots.forget_job(job)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [entry.to_json() for entry in self.table.entries.values()]
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    # -- data plane ----------------------------------------------------------------------
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        if not datagrams:
+            return []
+        with self._lock:
+            batch = decode(datagrams, self.settings.words, self.table.address_ids)
+            out: _Out = []
+            packets = self._admit(batch)
+            rest = packets.take(self._aggregate_runs(packets, batch, now, out))
+            for rows in _rounds(rest.slot):
+                self._apply(rest.take(rows), batch, now, out)
+            out.sort(key=itemgetter(0))  # stable: a packet's PARTIAL stays before its RESULT
+            sent = list(chain.from_iterable(map(itemgetter(1), out)))
+            self._counts["rx_packets"] += len(datagrams)
+            self._counts["tx_packets"] += len(sent)
+            return sent
+
+    def tick(self, now: float) -> list[Datagram]:
+        """Idle sweep: flush every partial untouched for `slot_timeout` to its PS."""
+        with self._lock:
+            slots = self.slots
+            idle = np.flatnonzero((slots.key != 0) & (now - slots.touched >= self.settings.slot_timeout))
+            if not idle.size:
+                return []
+            sent = [d for group in self._evict(idle) for d in group]
+            self._counts["swept"] += idle.size
+            self._counts["tx_packets"] += len(sent)
+            return sent
+
+    def next_deadline(self) -> float | None:
+        with self._lock:
+            held = self.slots.key != 0
+            if not held.any():
+                return None
+            return float(self.slots.touched[held].min()) + self.settings.slot_timeout
+
+    # -- the algorithm -------------------------------------------------------------------
+
+    def _count(self, name: str, mask: np.ndarray) -> None:
+        self._counts[name] += int(np.count_nonzero(mask))
+
+    def _admit(self, batch: Batch) -> _Packets:
+        """The checks of section 5 in order, each failure dropped and counted; returns the survivors."""
+        head, table = batch.headers, self.table
+        ok = valid_mask(head, batch.lengths, self.settings.words)
+        self._count("malformed", ~ok)
+        kind = head["kind"]
+        data = kind == _DATA
+        wanted = data | (kind == _FLUSH)
+        self._count("unexpected", ok & ~wanted)
+        ok &= wanted
+
+        job = head["job"].astype(np.int64)
+        row = table.index[job]
+        safe = np.maximum(row, 0)
+        rank = np.minimum(head["rank"].astype(np.int64), 31)
+        source = np.where(data, table.worker_id[safe, rank], table.ps_id[safe])
+        known = (row >= 0) & (~data | (head["rank"] < table.fanin[safe])) & (batch.source == source)
+        self._count("unregistered", ok & ~known)
+        ok &= known
+
+        seq = head["seq"].astype(np.uint32)
+        right_slot = head["slot"] == ((table.slot_base[safe] + seq) & self._mask)
+        self._count("bad_slot", ok & ~right_slot)
+        ok &= right_slot
+
+        flags = head["flags"]
+        op = (flags & _MAX) != 0
+        lanes = np.where(op, 32, table.lane_bits[safe])
+        formatted = ~data | ((head["index_bits"] == 0) & (head["lane_bits"] == lanes))
+        self._count("bad_format", ok & ~formatted)
+        ok &= formatted
+
+        i = np.flatnonzero(ok)
+        return _Packets(
+            index=i,
+            data=data[i],
+            resend=(flags[i] & _RESEND) != 0,
+            job=row[i],
+            seq=seq[i],
+            slot=head["slot"][i].astype(np.int64),
+            bit=(np.uint32(1) << rank[i].astype(np.uint32)).astype(np.uint32),
+            prio=np.minimum(head["priority"][i].astype(np.int64), table.priority_cap[row[i]]),
+            key=make_keys(job[i], seq[i], op[i]),
+        )
+
+    def _aggregate_runs(self, p: _Packets, batch: Batch, now: float, out: _Out) -> np.ndarray:
+        """Fast path for the common case, a slot's packets all adding to (or claiming) one chunk.
+
+        A run qualifies when its packets are first transmissions of one chunk with distinct ranks,
+        the chunk is not redirected, and the slot is free or holds that chunk without any of
+        those ranks: one at a time, they would claim (if free) and add, completing at most at the
+        last packet. Such runs are folded with segment reductions; returns the other rows of `p`.
+        """
+        if not p.index.size:
+            return p.index
+        slots = self.slots
+        order = np.argsort(p.slot, kind="stable")
+        slot, key, bit = p.slot[order], p.key[order], p.bit[order]
+        begin = _run_starts(slot)
+        length = np.diff(begin, append=slot.size)
+        lead = key[begin]
+        plain = np.minimum.reduceat(p.data[order] & ~p.resend[order] & (key == np.repeat(lead, length)), begin)
+        bits = np.bitwise_or.reduceat(bit, begin)
+        distinct = np.add.reduceat(bit.astype(np.uint64), begin) == bits
+        s = slot[begin]
+        held, held_bits = slots.key[s], slots.bitmap[s]
+        fits = (held == 0) | ((held == lead) & ((held_bits & bits) == 0))
+        ok = plain & distinct & (lead != slots.redirect[s]) & fits
+        r = np.flatnonzero(ok)
+        if r.size:
+            is_max = key_op(lead[r])
+            folded = _fold(batch.payload[p.index[order]], begin, length, r, is_max)
+            prio = np.maximum.reduceat(p.prio[order], begin)[r]
+            claimed = held[r] == 0
+            self._merge(s[r], ~claimed, folded, bits[r], prio, lead[r], is_max, now)
+            last = order[begin[r] + length[r] - 1]
+            self._complete(s[r], p.job[last], p.index[last], out)
+            self._counts["claimed"] += int(np.count_nonzero(claimed))
+            self._counts["aggregated"] += int(length[r].sum()) - int(np.count_nonzero(claimed))
+        return np.sort(order[~np.repeat(ok, length)])
+
+    def _apply(self, p: _Packets, batch: Batch, now: float, out: _Out) -> None:
+        """One round: packets for pairwise distinct slots, each taking the branch of section 5 it meets."""
+        slots, s = self.slots, p.slot
+        key, redirect, held, prio = slots.key[s], slots.redirect[s], slots.bitmap[s], slots.prio[s]
+        first = p.data & ~p.resend
+
+        redirected = p.data & (p.key == redirect)  # 1
+        rest = p.data & ~redirected
+        same = rest & (key == p.key)  # 2
+        mine = (held & p.bit) != 0
+        resend_flush = same & mine & p.resend
+        duplicate = same & mine & ~p.resend
+        add = same & ~mine
+        free = rest & (key == 0)  # 3
+        other = rest & ~same & ~free
+        age = p.seq - key_seq(key)  # uint32: wraps like seq
+        same_job = other & (key_job(key) == key_job(p.key))  # 4
+        stale = same_job & first & (age != 0) & (age < np.uint32(1 << 31))
+        other_job = other & ~same_job  # 5
+        preempt = other_job & first & (self.settings.policy == "esa") & (p.prio > prio)
+        collision = other_job & first & ~preempt
+        flush = ~p.data
+        flush_hit = flush & (key == p.key)
+
+        evict = resend_flush | stale | preempt | flush_hit
+        self._deliver(out, p.index[evict], self._partials(s[evict], key[evict]))
+        slots.key[s[resend_flush | flush_hit]] = 0
+        to_self = resend_flush | flush | collision
+        slots.redirect[s[to_self]] = p.key[to_self]
+        slots.redirect[s[preempt]] = key[preempt]
+
+        claim = (free & first) | stale | preempt
+        grown = claim | add
+        g = np.flatnonzero(grown)
+        self._merge(s[g], add[g], batch.payload[p.index[g]], p.bit[g], p.prio[g], p.key[g], key_op(p.key[g]), now)
+        self._complete(s[g], p.job[g], p.index[g], out)
+
+        forward = redirected | (free & p.resend) | (same_job & ~stale) | (other_job & p.resend) | collision
+        ps = self.table.ps_addr
+        out.extend((i, [Datagram(batch.data[i], ps[row])]) for i, row in zip(p.index[forward].tolist(), p.job[forward].tolist()))
+
+        for name, mask in (
+            ("redirected", redirected), ("duplicate", duplicate), ("flushed", resend_flush),
+            ("aggregated", add), ("claimed", claim), ("stale", stale), ("preempted", preempt),
+            ("collision", collision), ("flush_requests", flush), ("flush_hits", flush_hit),
+            ("resend_forwarded", p.resend & (free | same_job | other_job)),
+            ("straggler", same_job & first & ~stale),
+        ):  # fmt: skip
+            self._count(name, mask)
+
+    def _merge(self, s: np.ndarray, held: np.ndarray, payload: np.ndarray, bits: np.ndarray, prio: np.ndarray,
+               key: np.ndarray, is_max: np.ndarray, now: float) -> None:  # fmt: skip
+        """Fold contributions into slots `s`: onto the partial where `held`, else into a fresh claim."""
+        slots = self.slots
+        if is_max.any() or (held.any() and not held.all()):
+            base = np.where(held[:, None], slots.value[s], np.uint32(0))
+            slots.value[s] = np.where(is_max[:, None], np.maximum(base, payload), base + payload)
+        elif held.all():  # the common cases take one pass over the payload
+            slots.value[s] += payload
+        else:
+            slots.value[s] = payload
+        slots.bitmap[s] = np.where(held, slots.bitmap[s], np.uint32(0)) | bits
+        slots.prio[s] = np.maximum(np.where(held, slots.prio[s], 0), prio)
+        slots.key[s] = key
+        slots.touched[s] = now
+
+    def _complete(self, s: np.ndarray, job: np.ndarray, index: np.ndarray, out: _Out) -> None:
+        """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free."""
+        done = self.slots.bitmap[s] == self.table.full[job]
+        self._deliver(out, index[done], self._results(s[done]))
+        self.slots.key[s[done]] = 0
+        self._count("completed", done)
+
+    def _evict(self, s: np.ndarray) -> list[list[Datagram]]:
+        """Send partials to their PS, free the slots and redirect their chunks' late packets."""
+        key = self.slots.key[s]
+        sent = self._partials(s, key)
+        self.slots.redirect[s] = key
+        self.slots.key[s] = 0
+        return sent
+
+    def _partials(self, s: np.ndarray, key: np.ndarray) -> list[list[Datagram]]:
+        """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each to its job's PS."""
+        slots = self.slots
+        return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s], to_workers=False)
+
+    def _results(self, s: np.ndarray) -> list[list[Datagram]]:
+        """RESULTs of completed slots `s`: to every worker of the job, then a copy to its PS."""
+        slots = self.slots
+        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s], to_workers=True)
+
+    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray, to_workers: bool) -> list[list[Datagram]]:
+        if not s.size:
+            return []
+        table = self.table
+        job = key_job(key)
+        row = table.index[job]
+        op = key_op(key)
+        lanes = np.where(op, 32, table.lane_bits[row])
+        packets = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
+        targets = table.result_addrs if to_workers else table.ps_addrs
+        return [list(map(Datagram, repeat(data), targets[r])) for data, r in zip(packets, row.tolist())]
+
+    @staticmethod
+    def _deliver(out: _Out, index: np.ndarray, groups: list[list[Datagram]]) -> None:
+        out.extend(zip(index.tolist(), groups))
+
+
+def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
+    """Rows grouped so that each group holds distinct slots, the n-th packet of each slot in round n."""
+    count = slots.size
+    if np.unique(slots).size == count:
+        if count:
+            yield np.arange(count)
+        return
+    order = np.argsort(slots, kind="stable")
+    begin = _run_starts(slots[order])
+    occurrence = np.empty(count, dtype=np.int64)
+    occurrence[order] = np.arange(count) - np.repeat(begin, np.diff(begin, append=count))
+    for n in range(int(occurrence.max()) + 1):
+        yield np.flatnonzero(occurrence == n)
+
+
+def _fold(payload: np.ndarray, begin: np.ndarray, length: np.ndarray, runs: np.ndarray, is_max: np.ndarray) -> np.ndarray:
+    """Sums (or maxima, where `is_max`) of payload rows over the runs `runs` (payload rows sorted by run).
+
+    Sums come from a running sum modulo 2**32 (a difference of two prefix sums is the run's sum,
+    wraps included), which is one pass where reduceat over rows is slow."""
+    last = begin + length - 1
+    if length.max() == 1:
+        return payload[begin[runs]]
+    prefix = np.cumsum(payload, axis=0, dtype=np.uint32)
+    folded = prefix[last[runs]]
+    after_first = begin[runs] > 0
+    folded[after_first] -= prefix[begin[runs][after_first] - 1]
+    if is_max.any():
+        folded[is_max] = np.maximum.reduceat(payload, begin, axis=0)[runs][is_max]
+    return folded
+
+
+def _run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal values begins in a sorted, non-empty array."""
+    change = np.empty(ordered.size, dtype=bool)
+    change[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=change[1:])
+    return np.flatnonzero(change)

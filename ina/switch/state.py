@@ -1,0 +1,185 @@
+"""The switch's state: the slot registers and the job table (docs/protocol.md, section 5, "State").
+
+One numpy array per register, as one register array per field on Tofino, so the
+per-batch algorithm reads and writes each with one fancy-indexed operation.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ina.control import Endpoint, JobSpec
+from ina.net.node import Address
+
+_VALID = np.uint64(1 << 49)
+_OP_SHIFT = np.uint64(48)
+_JOB_SHIFT = np.uint64(32)
+NO_ADDRESS = -1
+"""Address id of a source that no registered job knows."""
+
+
+def make_keys(job: np.ndarray, seq: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """Chunk keys `(valid, op, job, seq)` packed into uint64; 0 means "no key" (free slot, no redirect)."""
+    return (
+        _VALID
+        | (op.astype(np.uint64) << _OP_SHIFT)
+        | (job.astype(np.uint64) << _JOB_SHIFT)
+        | seq.astype(np.uint64)
+    )
+
+
+def key_job(keys: np.ndarray) -> np.ndarray:
+    return ((keys >> _JOB_SHIFT) & np.uint64(0xFFFF)).astype(np.int64)
+
+
+def key_seq(keys: np.ndarray) -> np.ndarray:
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def key_op(keys: np.ndarray) -> np.ndarray:
+    return ((keys >> _OP_SHIFT) & np.uint64(1)).astype(bool)
+
+
+class Slots:
+    """The P aggregator slots: key, prio, bitmap, value[K], redirect and touched registers."""
+
+    def __init__(self, pool: int, words: int) -> None:
+        self.key = np.zeros(pool, dtype=np.uint64)
+        self.prio = np.zeros(pool, dtype=np.int64)
+        self.bitmap = np.zeros(pool, dtype=np.uint32)
+        self.value = np.zeros((pool, words), dtype=np.uint32)
+        self.redirect = np.zeros(pool, dtype=np.uint64)
+        self.touched = np.zeros(pool, dtype=np.float64)
+
+    def forget_job(self, job: int) -> None:
+        """Invalidate every slot and redirect that holds `job`, so a reused job id meets no stale state."""
+        self.key[(self.key != 0) & (key_job(self.key) == job)] = 0
+        self.redirect[(self.redirect != 0) & (key_job(self.redirect) == job)] = 0
+
+    def registers(self) -> dict[str, np.ndarray]:
+        """Copies of every register, for tests."""
+        return {name: array.copy() for name, array in vars(self).items()}
+
+    def describe(self, slot: int) -> dict[str, Any]:
+        """One slot's registers as JSON-ready values, keys as {job, seq, max} or None (tests, test vectors)."""
+        return {
+            "key": _describe_key(self.key[slot]),
+            "prio": int(self.prio[slot]),
+            "bitmap": int(self.bitmap[slot]),
+            "value": self.value[slot].tolist(),
+            "redirect": _describe_key(self.redirect[slot]),
+            "touched": float(self.touched[slot]),
+        }
+
+
+def _describe_key(key: np.uint64) -> dict[str, Any] | None:
+    keys = np.array([key], dtype=np.uint64)
+    return {"job": int(key_job(keys)[0]), "seq": int(key_seq(keys)[0]), "max": bool(key_op(keys)[0])} if key else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobEntry:
+    """A registered job as the switch keeps it."""
+
+    spec: JobSpec
+    slot_base: int
+
+    def to_json(self) -> dict:
+        return self.spec.to_json() | {"slot_base": self.slot_base}
+
+
+class Jobs:
+    """The job table, plus numpy lookup arrays (rebuilt on every change) for the per-batch checks."""
+
+    def __init__(self, pool: int) -> None:
+        self.pool = pool
+        self.entries: dict[int, JobEntry] = {}
+        self._rebuild()
+
+    def add(self, spec: JobSpec) -> JobEntry:
+        """Validate a registration for this switch, choose its slot_base, and add it."""
+        _check_registration(spec, self.pool, self.entries)
+        entry = JobEntry(spec, self._choose_slot_base(spec.window))
+        self.entries[spec.job] = entry
+        self._rebuild()
+        return entry
+
+    def remove(self, job: int) -> None:
+        if job not in self.entries:
+            raise ValueError(f"job {job} is not registered with this switch")
+        del self.entries[job]
+        self._rebuild()
+
+    def _choose_slot_base(self, window: int) -> int:
+        """The base whose window overlaps the fewest registered windows (lowest such base on ties)."""
+        load = np.zeros(self.pool, dtype=np.int64)
+        for entry in self.entries.values():
+            load[(entry.slot_base + np.arange(entry.spec.window)) % self.pool] += 1
+        running = np.concatenate([[0], np.cumsum(np.concatenate([load, load]))])
+        bases = np.arange(self.pool)
+        return int(np.argmin(running[bases + window] - running[bases]))
+
+    def _rebuild(self) -> None:
+        entries = list(self.entries.values())
+        addresses = {ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps)}
+        self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(sorted(addresses))}
+        count = max(len(entries), 1)
+        self.index = np.full(1 << 16, -1, dtype=np.int64)
+        self.fanin = np.zeros(count, dtype=np.int64)
+        self.full = np.zeros(count, dtype=np.uint32)
+        self.slot_base = np.zeros(count, dtype=np.int64)
+        self.priority_cap = np.zeros(count, dtype=np.int64)
+        self.lane_bits = np.zeros(count, dtype=np.int64)
+        self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
+        self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
+        self.ps_addr: list[Address] = []
+        self.ps_addrs: list[tuple[Address]] = []  # where a PARTIAL goes
+        self.result_addrs: list[tuple[Address, ...]] = []  # where a RESULT goes: the workers by rank, then the PS
+        for i, entry in enumerate(entries):
+            spec = entry.spec
+            assert spec.ps is not None
+            self.index[spec.job] = i
+            self.fanin[i] = spec.fanin
+            self.full[i] = spec.full_bitmap
+            self.slot_base[i] = entry.slot_base
+            self.priority_cap[i] = spec.priority_cap
+            self.lane_bits[i] = spec.lane_bits
+            self.ps_id[i] = self.address_ids[spec.ps.addr]
+            self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
+            self.ps_addr.append(spec.ps.addr)
+            self.ps_addrs.append((spec.ps.addr,))
+            self.result_addrs.append((*(w.addr for w in spec.workers), spec.ps.addr))
+
+
+def _check_registration(spec: JobSpec, pool: int, entries: dict[int, JobEntry]) -> None:
+    """What a JobSpec cannot express alone: this switch's pool, its PS, numeric addresses, no duplicates."""
+    if spec.job in entries:
+        raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job}) or use another job id")
+    if spec.ps is None:
+        raise ValueError(
+            f"job {spec.job} has no 'ps': the switch sends collisions, preempted partials and result copies "
+            "to the job's PS; register it with 'ps': {'host', 'port'}"
+        )
+    if spec.window > pool:
+        raise ValueError(f"job {spec.job}: window {spec.window} exceeds the switch's pool of {pool} slots; register window <= {pool} or start the switch with a larger --pool")
+    if spec.index_bits:
+        raise ValueError(
+            f"job {spec.job} has index_bits {spec.index_bits} (PS-only mode) but the switch only adds lanes: "
+            "register it with index_bits 0, or with the PS alone"
+        )
+    for name, endpoint in [(f"workers[{r}]", w) for r, w in enumerate(spec.workers)] + [("ps", spec.ps)]:
+        _check_ipv4(endpoint, f"job {spec.job} {name}")
+
+
+def _check_ipv4(endpoint: Endpoint, what: str) -> None:
+    try:
+        ipaddress.IPv4Address(endpoint.host)
+    except ValueError:
+        raise ValueError(
+            f"{what}: host {endpoint.host!r} is not a numeric IPv4 address; the switch matches packet sources "
+            "against registered addresses (as a P4 table does), so register e.g. '127.0.0.1'"
+        ) from None

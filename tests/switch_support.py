@@ -1,0 +1,107 @@
+"""Packet builders and a small rig shared by the switch tests and the test-vector generator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ina.control import Endpoint, JobSpec
+from ina.net.node import Address, Datagram
+from ina.protocol import Flag, Header, Kind, parse
+from ina.switch import SwitchConfig, SwitchCore
+
+HOST = "127.0.0.1"
+
+
+def worker_addr(job: int, rank: int) -> Address:
+    return (HOST, 10000 + 100 * job + rank)
+
+
+def ps_addr(job: int) -> Address:
+    return (HOST, 20000 + job)
+
+
+def job_spec(job: int, workers: int, window: int, lane_bits: int = 8, priority_cap: int = 255) -> JobSpec:
+    return JobSpec(job=job, workers=tuple(Endpoint(*worker_addr(job, r)) for r in range(workers)), window=window,
+                   lane_bits=lane_bits, priority_cap=priority_cap, ps=Endpoint(*ps_addr(job)))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Out:
+    """One output packet, decoded for assertions."""
+
+    addr: Address
+    header: Header
+    payload: tuple[int, ...]
+    data: bytes
+
+
+def decoded(datagrams: list[Datagram], words: int) -> list[Out]:
+    result = []
+    for d in datagrams:
+        header, payload = parse(d.data, words)
+        result.append(Out(d.addr, header, tuple(int(v) for v in payload), d.data))
+    return result
+
+
+@dataclass
+class Rig:
+    """A switch core with jobs registered, and builders for the packets its jobs send."""
+
+    pool: int = 8
+    words: int = 4
+    policy: str = "esa"
+    slot_timeout: float = 1.0
+    core: SwitchCore = field(init=False)
+    bases: dict[int, int] = field(default_factory=dict)
+    specs: dict[int, JobSpec] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.core = SwitchCore(SwitchConfig(self.pool, self.words, self.policy, self.slot_timeout))
+
+    def register(self, spec: JobSpec) -> int:
+        self.bases[spec.job] = self.core.register(spec)["slot_base"]
+        self.specs[spec.job] = spec
+        return self.bases[spec.job]
+
+    def slot(self, job: int, seq: int) -> int:
+        return (self.bases[job] + seq) % self.pool
+
+    def data(self, job: int, rank: int, seq: int, values: list[int] | None = None, *, resend: bool = False,
+             prio: int = 0, op_max: bool = False, src: Address | None = None, **changes: int) -> Datagram:  # fmt: skip
+        """A DATA packet of `job`'s worker `rank` (payload default: rank+1 in every word)."""
+        flags = (Flag.RESEND if resend else Flag.NONE) | (Flag.MAX if op_max else Flag.NONE)
+        lane_bits = 32 if op_max else self.specs[job].lane_bits
+        header = Header(Kind.DATA, job=job, seq=seq % 2**32, flags=flags, rank=rank, priority=prio,
+                        slot=self.slot(job, seq), lane_bits=lane_bits, bitmap=1 << rank).with_(**changes)  # fmt: skip
+        words = np.array(values if values is not None else [rank + 1] * self.words, dtype=np.uint32)
+        return Datagram(header.pack(words), src or worker_addr(job, rank))
+
+    def flush(self, job: int, seq: int, *, op_max: bool = False, src: Address | None = None) -> Datagram:
+        header = Header(Kind.FLUSH, job=job, seq=seq % 2**32, flags=Flag.MAX if op_max else Flag.NONE,
+                        slot=self.slot(job, seq), lane_bits=32 if op_max else self.specs[job].lane_bits)  # fmt: skip
+        return Datagram(header.pack(), src or ps_addr(job))
+
+    def send(self, *datagrams: Datagram, now: float = 0.0) -> list[Out]:
+        return decoded(self.core.receive(list(datagrams), now), self.words)
+
+    def tick(self, now: float) -> list[Out]:
+        return decoded(self.core.tick(now), self.words)
+
+    def result(self, job: int, seq: int, values: list[int], *, op_max: bool = False) -> bytes:
+        """The exact RESULT bytes the switch must send for a completed chunk."""
+        spec = self.specs[job]
+        header = Header(Kind.RESULT, job=job, seq=seq % 2**32, flags=Flag.MAX if op_max else Flag.NONE,
+                        slot=self.slot(job, seq), lane_bits=32 if op_max else spec.lane_bits, bitmap=spec.full_bitmap)  # fmt: skip
+        return header.pack(np.array(values, dtype=np.uint32))
+
+    def partial(self, job: int, seq: int, bitmap: int, values: list[int], prio: int = 0, *, op_max: bool = False) -> bytes:
+        """The exact PARTIAL bytes for a slot holding `bitmap` of chunk (job, seq)."""
+        header = Header(Kind.PARTIAL, job=job, seq=seq % 2**32, flags=Flag.MAX if op_max else Flag.NONE, priority=prio,
+                        slot=self.slot(job, seq), lane_bits=32 if op_max else self.specs[job].lane_bits, bitmap=bitmap)  # fmt: skip
+        return header.pack(np.array(values, dtype=np.uint32))
+
+    def slot_state(self, job: int, seq: int) -> dict:
+        """The registers of chunk (job, seq)'s slot, keys as {job, seq, max} or None."""
+        return self.core.slots.describe(self.slot(job, seq))

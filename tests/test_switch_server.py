@@ -1,0 +1,141 @@
+"""The switch server on 127.0.0.1: control API, two workers aggregating over UDP, fault
+injection, and the CLI's start-up errors and clean shutdown."""
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from ina.control import Endpoint, JobSpec
+from ina.control.http import ControlClient, ControlError
+from ina.protocol import Header, Kind, parse
+from ina.switch import SwitchConfig
+from ina.switch.server import Faults, SwitchServer
+
+LOOPBACK = ("127.0.0.1", 0)
+
+
+def bound() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(LOOPBACK)
+    sock.settimeout(5.0)
+    return sock
+
+
+def data(job: int, rank: int, seq: int, slot: int, values: list[int]) -> bytes:
+    header = Header(Kind.DATA, job=job, seq=seq, rank=rank, bitmap=1 << rank, slot=slot, lane_bits=8)
+    return header.pack(np.array(values, dtype=np.uint32))
+
+
+@pytest.fixture
+def server():
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK) as s:
+        s.start()
+        yield s
+
+
+def test_two_workers_aggregate_through_the_udp_server_registered_over_http(server):
+    workers, ps = [bound(), bound()], bound()
+    control = ControlClient(*server.control_address)
+    assert control.health() == {"role": "switch", "ok": True}
+    assert control.config()["pool"] == 8
+    spec = JobSpec(job=4, workers=tuple(Endpoint(*w.getsockname()) for w in workers), window=4, ps=Endpoint(*ps.getsockname()))
+    base = control.register(spec)["slot_base"]
+    assert control.jobs()[0]["slot_base"] == base and control.jobs()[0]["job"] == 4
+    for rank, w in enumerate(workers):
+        w.sendto(data(4, rank, 0, base, [rank + 1, 10, 100, 1000]), server.address)
+    for receiver in (*workers, ps):
+        packet, source = receiver.recvfrom(2048)
+        header, payload = parse(packet, 4)
+        assert source == server.address and header.kind == Kind.RESULT and payload.tolist() == [3, 20, 200, 2000]
+    counters = control.counters()
+    assert (counters["rx_packets"], counters["completed"], counters["tx_packets"]) == (2, 1, 3)
+    with pytest.raises(ControlError, match="already registered"):
+        control.register(spec)
+    with pytest.raises(ControlError, match="exceeds the switch's pool"):
+        control.register(JobSpec(job=5, workers=spec.workers, window=9, ps=spec.ps))
+    control.deregister(4)
+    assert control.jobs() == []
+    workers[0].sendto(data(4, 0, 1, base + 1, [1, 1, 1, 1]), server.address)
+    deadline = time.monotonic() + 5
+    while control.counters()["unregistered"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert control.counters()["unregistered"] == 1
+    for s in (*workers, ps):
+        s.close()
+
+
+def test_fault_injection_is_applied_and_counted():
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK, Faults(drop=0.5, seed=1)) as server:
+        server.start()
+        sender = bound()
+        for _ in range(200):
+            sender.sendto(b"garbage", server.address)
+        deadline = time.monotonic() + 5
+        while server.counters()["fault_in_seen"] < 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        counters = server.counters()
+        assert counters["fault_in_seen"] == 200 and 50 < counters["fault_in_dropped"] < 150
+        assert counters["malformed"] == 200 - counters["fault_in_dropped"]
+        assert server.config()["faults"] == {"drop": 0.5, "duplicate": 0.0, "reorder": 0.0, "seed": 1}
+        sender.close()
+
+
+def test_a_taken_port_is_refused_with_what_to_change():
+    taken = bound()
+    with pytest.raises(ValueError, match=r"--listen 127\.0\.0\.1:\d+: cannot bind .* choose another --listen"):
+        SwitchServer(SwitchConfig(), taken.getsockname(), LOOPBACK)
+    taken.close()
+
+
+def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ina.switch", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pool", "12"], "pool must be a power of two"),
+        (["--words", "0"], "words must be in"),
+        (["--listen", "localhost"], "--listen must look like"),
+        (["--drop", "1.5"], "drop rate must be in"),
+        (["--slot-timeout", "0"], "slot_timeout must be a positive"),
+    ],
+)
+def test_the_cli_refuses_a_bad_configuration_at_start(args, message):
+    done = run_cli("--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", *args)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_cli_serves_until_a_signal_then_stops_cleanly(signum):
+    process = subprocess.Popen([sys.executable, "-m", "ina.switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
+                                "--pool", "16", "--policy", "atp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        banner = process.stdout.readline()
+        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy atp", banner)
+        assert match, banner
+        assert ControlClient("127.0.0.1", int(match.group(2))).config()["policy"] == "atp"
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopped; counters" in out and "Traceback" not in err
+
+
+def test_the_subcommand_plugs_into_a_parent_cli():
+    import argparse
+
+    from ina.switch import cli
+
+    parser = argparse.ArgumentParser(prog="ina")
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["switch", "--pool", "8", "--policy", "atp", "--drop", "0.01", "--fault-seed", "3"])
+    assert (args.command, args.pool, args.policy, args.drop, args.fault_seed) == ("switch", 8, "atp", 0.01, 3)
+    assert cli.run(parser.parse_args(["switch", "--pool", "12"])) == 2  # refused before binding anything
