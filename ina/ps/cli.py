@@ -1,0 +1,71 @@
+"""`ina ps`: run the parameter server (docs/ps.md).
+
+`add_parser(subparsers)` plugs it into the `ina` CLI; `python -m ina.ps` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ina.net.udp import parse_address
+from ina.protocol import DEFAULT_PS_CONTROL_PORT
+from ina.ps.core import ParameterServer
+from ina.ps.server import PSServer
+
+DESCRIPTION = "Run the ina parameter server: completes what the switch does not, or aggregates alone, over UDP."
+DEFAULT_PS_PORT = 47101
+
+
+def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the PS's options to `parser`."""
+    parser.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_PS_PORT}", help="UDP data address (default %(default)s)")
+    parser.add_argument("--control", default=f"127.0.0.1:{DEFAULT_PS_CONTROL_PORT}", help="HTTP control address (default %(default)s)")
+    parser.add_argument("--words", type=int, default=64, help="32-bit payload words per DATA packet K; must match the switch and workers (default %(default)s)")
+    parser.add_argument("--flush-delay", type=float, default=0.002, help="seconds a chunk may stay incomplete before the PS asks the switch to flush it (default %(default)s)")
+    parser.add_argument("--piece-timeout", type=float, default=60.0, help="seconds before the pieces of a chunk that never completes are dropped (default %(default)s)")
+    parser.add_argument("--result-retention", type=int, default=64, help="results kept per job for resends; at least 4 x the job's window (default %(default)s)")
+    parser.add_argument("--batch", type=int, default=256, help="datagrams per receive call (default %(default)s)")
+    return parser
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `ps` as a subcommand of the `ina` CLI; dispatch to `run(args)`."""
+    return configure(subparsers.add_parser("ps", help="run the parameter server", description=DESCRIPTION))
+
+
+def build(args: argparse.Namespace) -> PSServer:
+    """The server the arguments describe; ValueError says which option to change."""
+    core = ParameterServer(args.words, flush_delay=args.flush_delay, piece_timeout=args.piece_timeout,
+                           result_retention=args.result_retention)
+    listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
+    return PSServer(core, listen, control, batch=args.batch)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM; exit status 2 on a bad configuration."""
+    try:
+        server = build(args)
+    except ValueError as error:
+        print(f"ina ps: {error}", file=sys.stderr)
+        return 2
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: server.stop())
+    (host, port), (chost, cport) = server.address, server.control_address
+    print(f"ina ps: data udp://{host}:{port}, control http://{chost}:{cport}, words {server.core.words}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        counters = server.counters()
+        server.close()
+    print(f"ina ps: stopped; counters {json.dumps(counters)}", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = configure(argparse.ArgumentParser(prog="python -m ina.ps", description=DESCRIPTION))
+    return run(parser.parse_args(argv))

@@ -1,0 +1,316 @@
+"""The parameter server as a sans-IO `Node` and `ControlTarget` (docs/protocol.md, section 6).
+
+It completes what the switch does not (collisions, preempted or flushed partials,
+retransmissions), answers resends from its ring of recent results, asks the switch to
+flush chunks that stall, and is the whole aggregator when a job has no switch. Not
+thread-safe: the server serializes packet handling, timers and control calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ina.control import JobSpec
+from ina.net.node import Datagram
+from ina.protocol import HEADER_LEN, Flag, Header, Kind
+from ina.ps.batch import Fields, decode
+from ina.ps.job import Chunk, ChunkFormat, JobState
+
+_MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
+_RESEND = int(Flag.RESEND)
+
+FLUSH_CAP = 1.0
+"""Longest wait between two FLUSH requests for one chunk, seconds (section 6)."""
+
+COUNTERS = (
+    "rx", "tx", "rx_data", "rx_partial", "rx_result",
+    "pieces", "completed", "results_replayed", "result_copies", "status_sent", "flush_sent",
+    # drops, by reason
+    "malformed", "unexpected", "unregistered", "bad_format", "bad_bitmap", "mismatch",
+    "duplicate", "late", "stale", "overloaded", "expired", "retired", "superseded",
+)  # fmt: skip
+
+
+class ParameterServer:
+    """The PS for one deployment of `words` (K) payload words per DATA packet.
+
+    `flush_delay`: how long a chunk may stay incomplete before the PS asks the switch to
+    flush it; `piece_timeout`: when the pieces of a chunk that never completes are dropped;
+    `result_retention`: results kept per job, at least `4 * window`.
+
+    >>> ps = ParameterServer(words=64)
+    >>> ps.register(spec)                        # a JobSpec, usually via the control API
+    >>> replies = ps.receive(datagrams, now)     # Datagrams to send
+    >>> replies += ps.tick(now)                  # at ps.next_deadline()
+    """
+
+    role = "ps"
+
+    def __init__(self, words: int, *, flush_delay: float = 0.002, piece_timeout: float = 60.0, result_retention: int = 64) -> None:
+        if not 1 <= words <= (65507 - HEADER_LEN) // 4:
+            raise ValueError(f"words (--words) must be 1..{(65507 - HEADER_LEN) // 4} (one UDP datagram), got {words}")
+        if not flush_delay > 0:
+            raise ValueError(f"flush_delay (--flush-delay) must be positive seconds, got {flush_delay}")
+        if not piece_timeout > 0:
+            raise ValueError(f"piece_timeout (--piece-timeout) must be positive seconds, got {piece_timeout}")
+        if result_retention < 1:
+            raise ValueError(f"result_retention (--result-retention) must be at least 1 result per job, got {result_retention}")
+        self.words = words
+        self.flush_delay = flush_delay
+        self.piece_timeout = piece_timeout
+        self.result_retention = result_retention
+        self._jobs: dict[int, JobState] = {}
+        self._flushes: list[tuple[float, int, JobState, Chunk]] = []
+        """Heap of FLUSH timers; entries of chunks that completed meanwhile are skipped."""
+        self._order = itertools.count()
+        self._counts = dict.fromkeys(COUNTERS, 0)
+
+    # --- Node -------------------------------------------------------------------------
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        out: list[Datagram] = []
+        fields = decode(datagrams, self.words)
+        lanes = self._lookup(datagrams, fields)
+        for i, (datagram, f) in enumerate(zip(datagrams, fields)):
+            self._handle(datagram, f, lanes.get(i), now, out)
+        self._counts["rx"] += len(datagrams)
+        self._counts["tx"] += len(out)
+        return out
+
+    def tick(self, now: float) -> list[Datagram]:
+        out: list[Datagram] = []
+        while self._flushes and self._flushes[0][0] <= now:
+            entry = heapq.heappop(self._flushes)
+            if self._is_current(entry):
+                self._flush(entry[2], entry[3], now, out)
+        for job in self._jobs.values():
+            while job.pending:
+                oldest = next(iter(job.pending.values()))
+                if oldest.created + self.piece_timeout > now:
+                    break
+                self._drop(job, oldest, "expired")
+        self._counts["tx"] += len(out)
+        return out
+
+    def next_deadline(self) -> float | None:
+        while self._flushes and not self._is_current(self._flushes[0]):
+            heapq.heappop(self._flushes)
+        deadlines = [next(iter(job.pending.values())).created + self.piece_timeout for job in self._jobs.values() if job.pending]
+        if self._flushes:
+            deadlines.append(self._flushes[0][0])
+        return min(deadlines, default=None)
+
+    # --- ControlTarget ----------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "words": self.words,
+            "flush_delay": self.flush_delay,
+            "piece_timeout": self.piece_timeout,
+            "result_retention": self.result_retention,
+        }
+
+    def register(self, spec: JobSpec) -> dict[str, Any]:
+        if spec.job in self._jobs:
+            raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
+        ring = max(4 * spec.window, self.result_retention)
+        self._jobs[spec.job] = JobState(spec, self.words, ring)
+        return {"job": spec.job, "ring": ring}
+
+    def deregister(self, job: int) -> None:
+        state = self._jobs.pop(job, None)
+        if state is None:
+            raise ValueError(f"job {job} is not registered")
+        for chunk in state.pending.values():
+            chunk.live = False
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [
+            {**state.spec.to_json(), "pending": len(state.pending), "results": len(state.ring), "ring": state.ring.capacity}
+            for state in self._jobs.values()
+        ]
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    # --- packets ----------------------------------------------------------------------
+
+    def _lookup(self, datagrams: Sequence[Datagram], fields: list[Fields | None]) -> dict[int, np.ndarray]:
+        """Table lanes of every indices DATA in the batch, one vectorized lookup per job."""
+        rows: dict[int, list[int]] = {}
+        for i, f in enumerate(fields):
+            if f is not None and f.index_bits and f.kind == Kind.DATA:
+                job = self._jobs.get(f.job)
+                if job is not None and job.format_ok(f):
+                    rows.setdefault(f.job, []).append(i)
+        lanes: dict[int, np.ndarray] = {}
+        for job_id, members in rows.items():
+            payload = b"".join(datagrams[i].data[HEADER_LEN:] for i in members)
+            words = np.frombuffer(payload, dtype=">u4").reshape(len(members), self.words).astype(np.uint32)
+            lanes.update(zip(members, self._jobs[job_id].table.lanes(words)))
+        return lanes
+
+    def _handle(self, datagram: Datagram, f: Fields | None, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
+        if f is None:
+            self._counts["malformed"] += 1
+            return
+        if f.kind not in (Kind.DATA, Kind.PARTIAL, Kind.RESULT):
+            self._counts["unexpected"] += 1
+            return
+        job = self._jobs.get(f.job)
+        if job is None:
+            self._counts["unregistered"] += 1
+        elif f.kind == Kind.DATA:
+            self._counts["rx_data"] += 1
+            self._on_data(job, f, datagram, lanes, now, out)
+        elif f.kind == Kind.PARTIAL:
+            self._counts["rx_partial"] += 1
+            self._on_partial(job, f, datagram, now, out)
+        else:
+            self._counts["rx_result"] += 1
+            self._on_result(job, f, datagram)
+
+    def _on_data(self, job: JobState, f: Fields, datagram: Datagram, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
+        if not job.sent_by(f.rank, datagram.addr):
+            self._counts["unregistered"] += 1
+            return
+        if not job.format_ok(f):
+            self._counts["bad_format"] += 1
+            return
+        job.observe(f.seq)
+        stored = job.ring.get(f.seq)
+        if stored is not None:
+            if stored.is_max != bool(f.flags & _MAX):
+                self._counts["mismatch"] += 1
+                return
+            out.append(Datagram(stored.packet, job.workers[f.rank]))
+            self._counts["results_replayed"] += 1
+            return
+        if job.proven_complete(f.seq):
+            # Completed at the switch, but its RESULT reached neither this worker nor the PS:
+            # a full STATUS tells the worker so (docs/ps.md, "Lost results").
+            self._counts["stale"] += 1
+            if f.flags & _RESEND:
+                self._status(job, f, job.full, out)
+            return
+        chunk = self._add_piece(job, f, f.bitmap, lanes if lanes is not None else _payload(datagram), now, out)
+        if chunk is not None and f.flags & _RESEND:
+            self._status(job, f, chunk.pieces.held, out)
+
+    def _status(self, job: JobState, f: Fields, bitmap: int, out: list[Datagram]) -> None:
+        """Tell a resending worker which workers' contributions the PS holds."""
+        status = _header(Kind.STATUS, job.spec.job, f.seq, ChunkFormat.of(f), bitmap).pack()
+        out.append(Datagram(status, job.workers[f.rank]))
+        self._counts["status_sent"] += 1
+
+    def _on_partial(self, job: JobState, f: Fields, datagram: Datagram, now: float, out: list[Datagram]) -> None:
+        if datagram.addr != job.switch:
+            self._counts["unregistered"] += 1
+        elif not f.bitmap or f.bitmap & ~job.full:
+            self._counts["bad_bitmap"] += 1
+        elif not job.format_ok(f):
+            self._counts["bad_format"] += 1
+        else:
+            job.observe(f.seq)
+            if job.ring.get(f.seq) is not None:
+                self._counts["late"] += 1
+            elif job.proven_complete(f.seq):
+                self._counts["stale"] += 1
+            else:
+                self._add_piece(job, f, f.bitmap, _payload(datagram), now, out)
+
+    def _on_result(self, job: JobState, f: Fields, datagram: Datagram) -> None:
+        if datagram.addr != job.switch:
+            self._counts["unregistered"] += 1
+            return
+        if f.bitmap != job.full:
+            self._counts["bad_bitmap"] += 1
+            return
+        job.observe(f.seq)
+        if not job.ring.put(f.seq, bool(f.flags & _MAX), bytes(datagram.data)):
+            self._counts["duplicate"] += 1
+            return
+        self._counts["result_copies"] += 1
+        chunk = job.pending.get(f.seq)
+        if chunk is not None:
+            self._drop(job, chunk, "superseded")
+
+    def _add_piece(self, job: JobState, f: Fields, bitmap: int, sums: np.ndarray, now: float, out: list[Datagram]) -> Chunk | None:
+        """Add a piece to its chunk; the chunk if it is still incomplete, None if it completed or the piece was refused."""
+        chunk = job.pending.get(f.seq)
+        if chunk is None:
+            if len(job.pending) >= job.pending_cap:
+                self._counts["overloaded"] += 1
+                return None
+            chunk = Chunk(f.seq, ChunkFormat.of(f), job.full, now, self.flush_delay)
+            job.pending[f.seq] = chunk
+            if job.switch is not None:
+                self._schedule(job, chunk)
+        elif chunk.format != ChunkFormat.of(f):
+            self._counts["mismatch"] += 1
+            return None
+        if bitmap & (bitmap - 1) and len(chunk.pieces) >= 2 * len(job.workers):
+            # At most n single-worker pieces exist, so this bounds a chunk's memory and cover search
+            # without ever refusing the resends that always make a cover.
+            self._counts["overloaded"] += 1
+            return chunk
+        if not chunk.pieces.add(bitmap, sums):
+            self._counts["duplicate"] += 1
+            return chunk
+        self._counts["pieces"] += 1
+        if chunk.pieces.result is None:
+            return chunk
+        self._complete(job, chunk, out)
+        return None
+
+    def _complete(self, job: JobState, chunk: Chunk, out: list[Datagram]) -> None:
+        """Send the RESULT to every worker of the job and keep it for replays."""
+        del job.pending[chunk.seq]
+        chunk.live = False
+        packet = _header(Kind.RESULT, job.spec.job, chunk.seq, chunk.format, job.full).pack(chunk.pieces.result)
+        job.ring.put(chunk.seq, bool(chunk.format.flags), packet)
+        out.extend(Datagram(packet, worker) for worker in job.workers)
+        self._counts["completed"] += 1
+
+    def _drop(self, job: JobState, chunk: Chunk, reason: str) -> None:
+        """Forget an incomplete chunk; `reason` counts its pieces."""
+        del job.pending[chunk.seq]
+        chunk.live = False
+        self._counts[reason] += len(chunk.pieces)
+
+    # --- FLUSH requests ----------------------------------------------------------------
+
+    def _schedule(self, job: JobState, chunk: Chunk) -> None:
+        heapq.heappush(self._flushes, (chunk.flush_at, next(self._order), job, chunk))
+
+    @staticmethod
+    def _is_current(entry: tuple[float, int, JobState, Chunk]) -> bool:
+        due, _, _, chunk = entry
+        return chunk.live and chunk.flush_at == due
+
+    def _flush(self, job: JobState, chunk: Chunk, now: float, out: list[Datagram]) -> None:
+        """Ask the switch to flush a stalled chunk, then wait twice as long for the next request."""
+        if job.proven_complete(chunk.seq):
+            self._drop(job, chunk, "retired")
+            return
+        out.append(Datagram(_header(Kind.FLUSH, job.spec.job, chunk.seq, chunk.format).pack(), job.switch))
+        self._counts["flush_sent"] += 1
+        chunk.flush_interval = min(2 * chunk.flush_interval, FLUSH_CAP)
+        chunk.flush_at = now + chunk.flush_interval
+        self._schedule(job, chunk)
+
+
+def _payload(datagram: Datagram) -> np.ndarray:
+    """The payload words, big-endian, without copying; converted when the chunk completes."""
+    return np.frombuffer(datagram.data, dtype=">u4", offset=HEADER_LEN)
+
+
+def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0) -> Header:
+    """A header for chunk `seq` of `job`: its operation, format and slot, no rank or priority."""
+    return Header(kind, job, seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits, bitmap=bitmap)

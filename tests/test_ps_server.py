@@ -1,0 +1,173 @@
+"""The PS served on UDP (127.0.0.1) with its control API, and its command line."""
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from ina.control import Endpoint, JobSpec
+from ina.control.http import ControlClient, ControlError
+from ina.protocol import Flag, Header, Kind, pack_fields, parse
+from ina.ps import ParameterServer
+from ina.ps.server import PSServer
+
+K = 8
+THC_TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
+
+
+@pytest.fixture
+def server():
+    with PSServer(ParameterServer(K, flush_delay=0.01), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as running:
+        yield running
+
+
+@pytest.fixture
+def sockets():
+    opened = []
+
+    def make(count):
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            sock.settimeout(5.0)
+            opened.append(sock)
+        return opened[-count:]
+
+    yield make
+    for sock in opened:
+        sock.close()
+
+
+def receive(sock):
+    header, payload = parse(sock.recv(65536), K)
+    return header, payload.tolist()
+
+
+def test_ps_only_job_over_udp_with_the_control_api(server, sockets):
+    client = ControlClient(*server.control_address)
+    assert client.health() == {"role": "ps", "ok": True}
+    assert client.config()["words"] == K
+    workers = sockets(4)
+    names = [{"host": "localhost" if rank == 0 else "127.0.0.1", "port": w.getsockname()[1]} for rank, w in enumerate(workers)]
+    reply = client.register(JobSpec.from_json({"job": 3, "workers": names, "window": 2, "lane_bits": 8,
+                                               "index_bits": 4, "table": list(THC_TABLE)}))
+    assert reply == {"job": 3, "ring": 64}
+    with pytest.raises(ControlError, match="already registered"):
+        client.register(JobSpec.from_json({"job": 3, "workers": names, "window": 2}))
+    rng = np.random.default_rng(1)
+    indices = rng.integers(0, 16, size=(4, K * 8))
+    for rank, sock in enumerate(workers):
+        header = Header(Kind.DATA, 3, 0, rank=rank, index_bits=4, lane_bits=8, bitmap=1 << rank)
+        sock.sendto(header.pack(pack_fields(indices[rank], 4)), server.address)
+    expected = pack_fields(np.asarray(THC_TABLE)[indices].sum(axis=0), 8).tolist()
+    for sock in workers:
+        header, payload = receive(sock)
+        assert (header.kind, header.job, header.bitmap, payload) == (Kind.RESULT, 3, 0b1111, expected)
+    resend = Header(Kind.DATA, 3, 0, Flag.RESEND, rank=2, index_bits=4, lane_bits=8, bitmap=1 << 2)
+    workers[2].sendto(resend.pack(pack_fields(indices[2], 4)), server.address)
+    assert receive(workers[2])[1] == expected
+    counters = client.counters()
+    assert (counters["completed"], counters["results_replayed"], counters["send_refused"]) == (1, 1, 0)
+    assert client.jobs()[0]["workers"][0]["host"] == "127.0.0.1", "host names are resolved at registration"
+    client.deregister(3)
+    assert client.jobs() == []
+    with pytest.raises(ControlError, match="not registered"):
+        client.deregister(3)
+
+
+def test_flush_requests_reach_the_switch_until_the_chunk_completes(server, sockets):
+    worker, switch = sockets(2)
+    client = ControlClient(*server.control_address)
+    client.register(JobSpec(job=1, workers=(Endpoint(*worker.getsockname()), Endpoint("127.0.0.1", 9)), window=1,
+                            switch=Endpoint(*switch.getsockname())))
+    sent = time.monotonic()
+    switch.sendto(Header(Kind.DATA, 1, 5, rank=0, slot=12, lane_bits=8, bitmap=1).pack(np.ones(K, np.uint32)), server.address)
+    flushes = [receive(switch)[0] for _ in range(2)]
+    assert time.monotonic() - sent >= 0.01 + 0.02
+    assert all((h.kind, h.job, h.seq, h.slot) == (Kind.FLUSH, 1, 5, 12) for h in flushes)
+    partial = Header(Kind.PARTIAL, 1, 5, slot=12, lane_bits=8, bitmap=0b10).pack(np.full(K, 2, np.uint32))
+    switch.sendto(partial, server.address)
+    assert receive(worker)[1] == [3] * K
+    assert client.counters()["flush_sent"] >= 2
+
+
+def test_a_bad_configuration_or_a_busy_port_fails_at_start_with_a_message(sockets):
+    (busy,) = sockets(1)
+    port = busy.getsockname()[1]
+    with pytest.raises(ValueError, match=f"--listen 127.0.0.1:{port}: cannot bind"):
+        PSServer(ParameterServer(K), ("127.0.0.1", port), ("127.0.0.1", 0))
+    with pytest.raises(ValueError, match="flush_delay"):
+        ParameterServer(K, flush_delay=0)
+
+
+def _ps_command(*args):
+    return subprocess.Popen([sys.executable, "-m", "ina.ps", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_command_line_serves_until_sigterm_and_reports_counters():
+    process = _ps_command("--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--words", str(K))
+    try:
+        line = process.stdout.readline()
+        match = re.search(r"control http://([\d.]+):(\d+)", line)
+        assert match, line
+        assert ControlClient(match[1], int(match[2])).config()["words"] == K
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert "stopped; counters" in out
+
+
+def test_command_line_rejects_a_bad_configuration():
+    process = _ps_command("--listen", "nowhere", "--control", "127.0.0.1:0")
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 2 and "--listen must look like" in err
+
+
+def _wait_for(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_with_the_software_switch_a_preempted_chunk_completes_at_the_ps_and_results_are_replayed(server, sockets):
+    from ina.switch.config import SwitchConfig
+    from ina.switch.server import SwitchServer
+
+    with SwitchServer(SwitchConfig(pool=1, words=K, policy="esa"), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as switch:
+        a, b = sockets(2), sockets(2)
+        ps_client = ControlClient(*server.control_address)
+        for job, workers in ((1, a), (2, b)):
+            spec = JobSpec(job=job, workers=tuple(Endpoint(*w.getsockname()) for w in workers), window=1,
+                           ps=Endpoint(*server.address), switch=Endpoint(*switch.address))
+            ControlClient(*switch.control_address).register(spec)
+            ps_client.register(spec)
+        values = {(job, rank): np.full(K, 10 * job + rank, np.uint32) for job in (1, 2) for rank in (0, 1)}
+
+        def send(job, rank, priority, flags=Flag.NONE):
+            sock = (a, b)[job - 1][rank]
+            header = Header(Kind.DATA, job, 0, flags, rank=rank, priority=priority, lane_bits=8, bitmap=1 << rank)
+            sock.sendto(header.pack(values[job, rank]), switch.address)
+
+        send(1, 0, priority=1)  # job 1 claims the only slot
+        _wait_for(lambda: switch.counters()["claimed"] == 1)
+        send(2, 0, priority=5)  # job 2 preempts it: job 1's partial goes to the PS
+        _wait_for(lambda: server.counters()["rx_partial"] == 1)
+        send(1, 1, priority=1)  # redirected to the PS, which completes job 1
+        send(2, 1, priority=5)  # completes job 2 in the switch; a copy goes to the PS
+        for job, workers in ((1, a), (2, b)):
+            for sock in workers:
+                assert receive(sock)[1] == (values[job, 0] + values[job, 1]).tolist()
+        _wait_for(lambda: server.counters()["result_copies"] == 1)
+        send(2, 1, priority=5, flags=Flag.RESEND)  # its result lost: the switch forwards, the PS replays
+        assert receive(b[1])[1] == (values[2, 0] + values[2, 1]).tolist()
+        counts = server.counters()
+        assert (counts["completed"], counts["results_replayed"], counts["unregistered"]) == (1, 1, 0)
+        assert switch.counters()["preempted"] == 1
