@@ -270,3 +270,13 @@ def test_workers_through_a_lossy_network_get_exact_sums(drop):
         assert [h for h, _ in got] == [0, 1, 2]
         for (_, words), want in zip(got, expected):
             assert np.array_equal(words, want)
+
+
+def test_a_full_status_means_the_result_itself_was_lost():
+    engine = Engine(config(peer_timeout=0.3))
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    engine.tick(0.0)
+    engine.receive([Datagram(Header(Kind.STATUS, 7, seq=0, bitmap=0b111).pack(), PS)], 0.1)
+    while engine.error is None:
+        engine.tick(engine.next_deadline())
+    assert "every rank contributed" in str(engine.error) and "were lost" in str(engine.error)

@@ -280,6 +280,8 @@ class Engine:
         config = self.config
         if chunk.status is None:
             missing = "no STATUS came from the PS, so it is down or unreachable too, or never got the chunk"
+        elif chunk.status == self._full:
+            missing = "the PS says every rank contributed but it holds no result: the RESULT and its PS copy were lost"
         else:
             ranks = [r for r in range(config.workers) if not chunk.status >> r & 1]
             missing = f"the PS holds no contribution from ranks {ranks}"
