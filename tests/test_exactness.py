@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exactness_support import THC_TABLE, assert_exact, collect, indices, lanes, norms, submit_all
+from exactness_support import THC_TABLE, Reduction, assert_exact, collect, indices, lanes, norms, submit_all
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ina.protocol import pack_fields, unpack_fields
 from ina.sim import Faults, Link
 from ina.sim.cluster import Cluster, Hosts
 from ina.transport.priority import FixedPriority, IntensityPriority
@@ -23,13 +24,13 @@ K = 8
 
 def cluster(*, policy: str = "esa", pool: int = 4, drop: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0,
             seed: int = 0, switch: bool = True, peer_timeout: float = 1.0) -> Cluster:
-    """100 MB/s links of 10 us; the switch and the PS take what arrives within 5 us as one batch."""
+    """100 MB/s links of 10 us; the switch and the PS take what arrives within 20 us as one batch."""
     faults = Faults(drop=drop, duplicate=duplicate, reorder=reorder, max_delay=5e-5)
     return Cluster(
         words=K, pool=pool, policy=policy, seed=seed, switch=switch,
         workers=Hosts(Link(bandwidth=1e8, latency=1e-5, faults=faults)),
-        ps_host=Hosts(Link(bandwidth=1e8, latency=1e-5), coalesce=5e-6),
-        switch_host=Hosts(coalesce=5e-6),
+        ps_host=Hosts(Link(bandwidth=1e8, latency=1e-5), coalesce=2e-5),
+        switch_host=Hosts(coalesce=2e-5),
         engine=dict(min_rto=2e-4, initial_rto=5e-4, max_rto=5e-3, peer_timeout=peer_timeout),
         ps_options=dict(flush_delay=5e-4),
     )
@@ -69,7 +70,6 @@ def test_the_switch_and_ps_only_paths_agree_bit_for_bit():
     reduction = indices(rng, workers, chunks, K)
     table = np.array(THC_TABLE, dtype=np.uint32)
     per_chunk = K * 8
-    from ina.protocol import pack_fields, unpack_fields
     values = [table[unpack_fields(w, 4, chunks * per_chunk)] for w in reduction.words]
     as_lanes = [np.concatenate([pack_fields(v[c * per_chunk:(c + 1) * per_chunk], 8) for c in range(chunks)])
                 for v in values]
@@ -78,7 +78,7 @@ def test_the_switch_and_ps_only_paths_agree_bit_for_bit():
         net = cluster(switch=switch, drop=0.05, seed=1)
         net.add_job(1, workers, window=2, **({} if switch else dict(index_bits=4, table=THC_TABLE)))
         words = tuple(as_lanes) if switch else reduction.words
-        plan = {1: [type(reduction)("sum", words, reduction.expected, index_bits=0 if switch else 4)]}
+        plan = {1: [Reduction("sum", words, reduction.expected, index_bits=0 if switch else 4)]}
         submit_all(net, plan)
         results[switch] = collect(net, plan, timeout=5.0)
         assert_exact(results[switch], plan)
@@ -106,7 +106,7 @@ jobs = st.lists(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     jobs=jobs,
     policy=st.sampled_from(["esa", "atp"]),
@@ -131,7 +131,7 @@ def test_any_schedule_of_contending_jobs_gives_every_worker_the_exact_sums(jobs,
     assert_exact(collect(net, plan, timeout=10.0), plan)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     workers=st.integers(1, 8),
     window=st.integers(1, 4),

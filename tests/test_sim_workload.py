@@ -7,7 +7,7 @@ import pytest
 from ina.sim import Link, Network
 from ina.sim.workload import TrainingLoop
 from ina.transport.engine import Engine, EngineConfig
-from tests.test_engine import SWITCH, Aggregator
+from test_engine import SWITCH, Aggregator
 
 
 def test_iterations_alternate_compute_and_reduction():
