@@ -84,6 +84,8 @@ class Engine:
     Drive it as a `Node`; `submit` queues a reduction and makes `next_deadline()` due so
     the driver's `tick` sends it. Collect results with `completed()`; a peer that stays
     silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
+    Not thread-safe: a transport that submits from the training thread while a runner
+    thread feeds packets must serialize the calls and wake the runner after `submit`.
     """
 
     def __init__(self, config: EngineConfig, policy: PriorityPolicy | None = None) -> None:
