@@ -1,5 +1,6 @@
 """A batch gives exactly what its packets give one at a time, in arrival order: output
-packets (bytes, destinations, order), slot registers and counters. Checked on random
+packets (bytes, destinations, order), slot registers and counters; as `Datagram`s or as
+`Frames` scattered over a receive buffer. Checked on random
 traffic from several jobs sharing a small pool: resends, duplicates, priorities, both
 operations, FLUSH requests, garbage, idle sweeps."""
 
@@ -8,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from switch_support import Rig, job_spec, worker_addr
 
+from ina.net.frames import Frames
 from ina.net.node import Datagram
+from ina.switch import OUTCOMES
 
 JOBS = {1: 3, 2: 2, 3: 1}  # job: workers
 
@@ -61,12 +64,23 @@ def traffic(draw):
     return policy, batches, ticks
 
 
-def run(rig: Rig, batches, ticks, one_at_a_time: bool) -> list[tuple[bytes, tuple]]:
+def scattered(datagrams: list[Datagram]) -> Frames:
+    """Frames as a socket receives them: datagrams spread over one buffer with gaps between them."""
+    frames = Frames.of(datagrams)
+    gap = 7 * np.arange(len(frames))
+    buffer = np.full(frames.buffer.size + 7 * len(frames), 0xEE, dtype=np.uint8)
+    for start, length, moved in zip(frames.start, frames.length, frames.start + gap):
+        buffer[moved : moved + length] = frames.buffer[start : start + length]
+    return Frames(buffer, frames.start + gap, frames.length, frames.peer, frames.addresses)
+
+
+def run(rig: Rig, batches, ticks, one_at_a_time: bool, as_frames: bool = False) -> list[tuple[bytes, tuple]]:
     sent, now = [], 0.0
     for batch, tick in zip(batches, ticks):
         now += 0.3
         for group in ([p] for p in batch) if one_at_a_time else [batch]:
-            sent += [(d.data, d.addr) for d in rig.core.receive(group, now)]
+            out = rig.core.receive_frames(scattered(group), now).datagrams() if as_frames else rig.core.receive(group, now)
+            sent += [(d.data, d.addr) for d in out]
         if tick:
             sent += [(d.data, d.addr) for d in rig.core.tick(now)]
     return sent
@@ -76,11 +90,14 @@ def run(rig: Rig, batches, ticks, one_at_a_time: bool) -> list[tuple[bytes, tupl
 @given(traffic())
 def test_batches_equal_one_packet_at_a_time(case):
     policy, batches, ticks = case
-    batched, rounds_only, single = make_rig(policy), make_rig(policy, fast_path=False), make_rig(policy)
+    batched, rounds_only, framed, single = make_rig(policy), make_rig(policy, fast_path=False), make_rig(policy), make_rig(policy)
     expected = run(single, batches, ticks, one_at_a_time=True)
     assert run(batched, batches, ticks, one_at_a_time=False) == expected
     assert run(rounds_only, batches, ticks, one_at_a_time=False) == expected
-    for rig in (batched, rounds_only):
-        assert rig.core.counters() == single.core.counters()
+    assert run(framed, batches, ticks, one_at_a_time=False, as_frames=True) == expected
+    counters = single.core.counters()
+    assert counters["rx_packets"] == sum(counters[name] for name in OUTCOMES)  # one outcome per packet
+    for rig in (batched, rounds_only, framed):
+        assert rig.core.counters() == counters
         registers, reference = rig.core.slots.registers(), single.core.slots.registers()
         assert all(np.array_equal(registers[name], reference[name]) for name in reference)

@@ -6,6 +6,7 @@ import pytest
 from switch_support import Rig, job_spec, ps_addr, worker_addr
 
 from ina.control import Endpoint, JobSpec
+from ina.net.node import Datagram
 from ina.protocol import Header, Kind
 from ina.switch import SwitchConfig, SwitchCore
 
@@ -204,7 +205,7 @@ def test_the_idle_sweep_flushes_partials_untouched_for_slot_timeout():
     assert counts(rig, "swept") == {"swept": 1}
 
 
-def test_deregistering_removes_the_table_entry_then_every_slot_and_redirect_of_the_job(two_jobs):
+def test_deregistering_removes_the_table_entry_then_every_slot_and_redirect_of_the_job():
     rig = Rig(pool=8)
     rig.register(job_spec(1, workers=2, window=4))
     rig.register(job_spec(2, workers=2, window=4))
@@ -236,8 +237,6 @@ def test_invalid_packets_are_dropped_by_reason_and_change_nothing(rig):
                        (rig.data(1, 0, 5, lane_bits=16).data, worker_addr(1, 0)),
                        (rig.data(1, 0, 5, op_max=True, lane_bits=8).data, worker_addr(1, 0))],
     }  # fmt: skip
-    from ina.net.node import Datagram
-
     before = rig.core.slots.registers()
     for reason, packets in cases.items():
         assert rig.send(*(Datagram(d, a) for d, a in packets)) == [], reason

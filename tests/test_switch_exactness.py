@@ -17,6 +17,7 @@ from switch_support import Rig, job_spec, ps_addr, worker_addr
 
 from ina.net.node import Address, Datagram
 from ina.protocol import Kind, parse
+from ina.switch import OUTCOMES
 
 SWITCH: Address = ("127.0.0.1", 47100)
 WORDS = 4
@@ -100,7 +101,6 @@ class Worker:
     job: int
     rank: int
     chunks: int
-    rng: np.random.Generator
     next_seq: int = 0
     outstanding: dict = field(default_factory=dict)  # seq -> (deadline, rto)
     delivered: dict = field(default_factory=dict)
@@ -140,7 +140,7 @@ def simulate(policy: str, seed: int, drop: float, duplicate: float, garbage: flo
     for job, workers, window in ((1, 2, 2), (2, 3, 3), (3, 4, 2)):
         rig.register(job_spec(job, workers=workers, window=window, lane_bits=32))
     ps = MiniPS(rig)
-    workers = [Worker(rig, job, r, chunks, rng) for job, spec in rig.specs.items() for r in range(spec.fanin)]
+    workers = [Worker(rig, job, r, chunks) for job, spec in rig.specs.items() for r in range(spec.fanin)]
     by_addr = {worker_addr(w.job, w.rank): w for w in workers}
     in_flight: list = []  # (arrival, order, destination, datagram)
     order = itertools.count()
@@ -225,6 +225,7 @@ def test_garbage_is_dropped_and_counted_and_aggregation_stays_exact():
             assert np.array_equal(result, expected(w, seq, workers))
     counters = rig.core.counters()
     assert counters["malformed"] > 0 and counters["unregistered"] > 0
+    assert counters["rx_packets"] == sum(counters[name] for name in OUTCOMES)
 
 
 @settings(max_examples=300, deadline=None)

@@ -9,7 +9,10 @@ import time
 import pytest
 
 from ina.net.node import Datagram
-from ina.net.udp import MAX_PAYLOAD, MAX_SEGMENTS, BatchSocket, UdpRunner, _runs, _unsent, open_socket, parse_address
+import numpy as np
+
+from ina.net.frames import Frames
+from ina.net.udp import MAX_PAYLOAD, MAX_SEGMENTS, BatchSocket, UdpRunner, _plan, open_socket, parse_address
 
 MODES = {"mmsg+gso": dict(mmsg=True, gso=True), "mmsg": dict(mmsg=True, gso=False), "plain": dict(mmsg=False, gso=False)}
 LOOPBACK = ("127.0.0.1", 0)
@@ -41,22 +44,49 @@ def test_batch_sockets_deliver_every_datagram_exactly_in_order_per_destination(m
         io.sock.close()
 
 
-def test_gso_runs_group_per_destination_by_size_keeping_order():
+def test_send_plans_group_per_destination_by_size_keeping_order():
     a, b = ("127.0.0.1", 1), ("127.0.0.1", 2)
     sizes = [10, 10, 10, 4, 10, 12, 12, 0, 0]
-    datagrams = [Datagram(bytes([i]) * s, a) for i, s in enumerate(sizes)] + [Datagram(b"x", b), Datagram(bytes(10), a)]
+    frames = Frames.of([Datagram(bytes([i]) * s, a) for i, s in enumerate(sizes)] + [Datagram(b"x", b), Datagram(bytes(10), a)])
 
-    def shape(runs):
-        return list(zip(runs.addresses, runs.count.tolist(), runs.size.tolist()))
+    def shape(plan):
+        return list(zip(plan.addresses, plan.count.tolist(), plan.segment.tolist()))
 
-    runs = _runs(datagrams, MAX_SEGMENTS)
-    assert shape(runs) == [(a, 3, 10), (a, 1, 4), (a, 1, 10), (a, 2, 12), (a, 1, 0), (a, 1, 0), (a, 1, 10), (b, 1, 1)]
-    assert runs.payload == b"".join(d.data for d in datagrams if d.addr == a) + b"x"
-    assert runs.length.tolist() == [30, 4, 10, 24, 0, 0, 10, 1]
-    assert shape(_runs([Datagram(bytes(8), a)] * 150, MAX_SEGMENTS)) == [(a, 64, 8), (a, 64, 8), (a, 22, 8)]
-    assert shape(_runs([Datagram(bytes(30000), a)] * 3, MAX_SEGMENTS)) == [(a, 2, 30000), (a, 1, 30000)]
-    assert shape(_runs([Datagram(bytes(8), a)] * 3, 1)) == [(a, 1, 8)] * 3
-    assert [(d.data, d.addr) for d in _unsent(runs, 5)] == [(b"", a), (bytes(10), a), (b"x", b)]  # the GSO fallback
+    plan = _plan(frames, MAX_SEGMENTS)
+    assert shape(plan) == [(a, 3, 10), (a, 1, 0), (a, 1, 0), (a, 2, 12), (a, 1, 0), (a, 1, 0), (a, 1, 0), (b, 1, 0)]
+    assert plan.order.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 9]  # stable per destination
+    assert shape(_plan(Frames.of([Datagram(bytes(8), a)] * 150), MAX_SEGMENTS)) == [(a, 64, 8), (a, 64, 8), (a, 22, 8)]
+    assert shape(_plan(Frames.of([Datagram(bytes(30000), a)] * 3), MAX_SEGMENTS)) == [(a, 2, 30000), (a, 1, 0)]
+    assert shape(_plan(Frames.of([Datagram(bytes(8), a)] * 3), 1)) == [(a, 1, 0)] * 3
+
+
+def test_frames_hold_datagrams_in_one_buffer_and_convert_back():
+    datagrams = [Datagram(b"abc", ("127.0.0.1", 1)), Datagram(b"", ("127.0.0.1", 2)), Datagram(b"defgh", ("127.0.0.1", 1))]
+    frames = Frames.of(datagrams)
+    assert len(frames) == 3 and frames.datagrams() == datagrams
+    assert frames.slice(1, 3).datagrams() == datagrams[1:]
+    assert frames.rows(4).tolist() == [list(b"abc\0"), [0, 0, 0, 0], list(b"defg")]
+    regular = Frames.of([Datagram(b"ab", ("127.0.0.1", 1)), Datagram(b"cd", ("127.0.0.1", 1))])
+    assert regular.rows(2).tolist() == [list(b"ab"), list(b"cd")]
+    assert len(Frames.empty()) == 0 and Frames.empty().datagrams() == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_frames_go_out_and_come_in_without_datagram_objects(mode):
+    sender, receiver = (BatchSocket(open_socket(LOOPBACK), **MODES[mode]) for _ in range(2))
+    rows = np.arange(200 * 30, dtype=np.uint32).astype(np.uint8).reshape(200, 30)
+    to = receiver.sock.getsockname()
+    frames = Frames(rows.reshape(-1), np.arange(200) * 30, np.full(200, 30), np.zeros(200, dtype=np.int64), [to])
+    assert sender.send_frames(frames) == 0
+    got, end = [], time.monotonic() + 5
+    while len(got) < 200 and time.monotonic() < end:
+        received = receiver.recv_frames()
+        got += [(d.data, d.addr) for d in received.datagrams()]
+        if not len(received):
+            select.select([receiver], [], [], 0.05)
+    assert got == [(row.tobytes(), sender.sock.getsockname()) for row in rows]
+    for io in (sender, receiver):
+        io.sock.close()
 
 
 class Recorder:

@@ -10,8 +10,10 @@ per-datagram cost dominates even that. `BatchSocket` therefore uses, where Linux
 - UDP GRO on receive: the kernel hands over runs of datagrams of one flow as one buffer
   plus their size, which `BatchSocket` cuts apart again.
 
-Datagrams stay datagrams on the wire; per-destination order is kept. Elsewhere, or when
-asked, it falls back to recvfrom/sendto with the same interface.
+Datagrams stay datagrams on the wire; per-destination order is kept. `recv_frames` and
+`send_frames` move them as `Frames` (one buffer, no object per datagram); `recv` and `send`
+are the same with `Datagram` lists. Elsewhere, or when asked, it falls back to
+recvfrom/sendto with the same interface.
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter
 from typing import Callable, Sequence
 
 import numpy as np
 
+from ina.net.frames import FrameNode, Frames
 from ina.net.node import Address, Datagram, Node
 
 MAX_DATAGRAM = 65536  # a receive buffer larger than any UDP payload (or GRO run): nothing is truncated
@@ -95,38 +96,32 @@ def open_socket(address: Address, buffer_bytes: int = 8 << 20) -> socket.socket:
 
 
 @dataclass(frozen=True, slots=True)
-class _Runs:
-    """Datagrams regrouped for sending: `payload` holds them back to back, stably sorted by
-    destination; run i is `count[i]` datagrams of `size[i]` bytes (its GSO segment size) to
-    `addresses[i]`, totalling `length[i]` bytes."""
+class _Plan:
+    """Messages for sendmmsg: message i sends datagrams `begin[i]` .. `begin[i] + count[i] - 1` of
+    `order` (frames stably sorted by destination) to `addresses[i]`, as one GSO message of
+    `segment[i]`-byte datagrams when count > 1."""
 
-    payload: bytes
-    addresses: list[Address]
+    order: np.ndarray
+    begin: np.ndarray
     count: np.ndarray
-    size: np.ndarray
-    length: np.ndarray
+    segment: np.ndarray
+    addresses: list[Address]
 
 
-def _runs(datagrams: Sequence[Datagram], segments: int) -> _Runs:
+def _plan(frames: Frames, segments: int) -> _Plan:
     """Consecutive datagrams of one size to one destination, up to `segments` of them within
-    MAX_PAYLOAD, form a run (each destination's order kept; an empty datagram is a run alone)."""
-    index: dict[Address, int] = {}
-    destination = np.array([index.setdefault(a, len(index)) for a in map(attrgetter("addr"), datagrams)], dtype=np.int64)
-    datas = list(map(attrgetter("data"), datagrams))
-    order = np.argsort(destination, kind="stable")
-    destination = destination[order]
-    size = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))[order]
+    MAX_PAYLOAD, share a message (each destination's order kept; an empty datagram goes alone)."""
+    order = np.argsort(frames.peer, kind="stable")
+    peer, size = frames.peer[order], frames.length[order]
     group = np.empty(size.size, dtype=bool)
     group[0] = True
-    group[1:] = (destination[1:] != destination[:-1]) | (size[1:] != size[:-1])
+    group[1:] = (peer[1:] != peer[:-1]) | (size[1:] != size[:-1])
     starts = np.flatnonzero(group)
     position = np.arange(size.size) - np.repeat(starts, np.diff(starts, append=size.size))
-    cap = np.minimum(segments, MAX_PAYLOAD // np.maximum(size, 1))
-    begin = np.flatnonzero(group | (position % np.maximum(cap, 1) == 0) | (size == 0))
+    cap = np.maximum(np.minimum(segments, MAX_PAYLOAD // np.maximum(size, 1)), 1)
+    begin = np.flatnonzero(group | (position % cap == 0) | (size == 0))
     count = np.diff(begin, append=size.size)
-    addresses = list(index)
-    return _Runs(b"".join([datas[i] for i in order.tolist()]), [addresses[d] for d in destination[begin].tolist()],
-                 count, size[begin], size[begin] * count)  # fmt: skip
+    return _Plan(order, begin, count, np.where(count > 1, size[begin], 0), [frames.addresses[p] for p in peer[begin].tolist()])
 
 
 class BatchSocket:
@@ -146,9 +141,12 @@ class BatchSocket:
             self._buffers = np.zeros((messages, MAX_DATAGRAM), dtype=np.uint8)
             self._names = np.zeros((messages, _SOCKADDR_IN), dtype=np.uint8)
             self._controls = np.zeros(messages, dtype=_CMSG)
-            self._headers, self._iov = _message_array(
-                self._names.ctypes.data, self._buffers.ctypes.data, np.full(messages, MAX_DATAGRAM, np.uint64),
-                self._controls.ctypes.data, _CMSG_SPACE if self.gso else 0)  # fmt: skip
+            self._iov = np.zeros(messages, dtype=_IOVEC)
+            self._iov["base"] = self._buffers.ctypes.data + MAX_DATAGRAM * np.arange(messages, dtype=np.uint64)
+            self._iov["len"] = MAX_DATAGRAM
+            self._headers = _message_array(self._names.ctypes.data, self._iov.ctypes.data, np.arange(messages),
+                                           np.ones(messages, dtype=np.int64), self._controls.ctypes.data,
+                                           np.full(messages, _CMSG_SPACE if self.gso else 0))  # fmt: skip
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -156,10 +154,14 @@ class BatchSocket:
     # -- receive -----------------------------------------------------------------------------
 
     def recv(self) -> list[Datagram]:
+        """Datagrams already waiting (never blocks); [] when none."""
+        return self.recv_frames().datagrams()
+
+    def recv_frames(self) -> Frames:
         """Datagrams already waiting, up to `messages` messages' worth (a GRO message holds up to
-        64 datagrams; never blocks); [] when none."""
+        64 datagrams; never blocks). They point into the receive buffer: use them before the next call."""
         if not self.mmsg:
-            return self._recv_plain()
+            return Frames.of(self._recv_plain())
         headers = self._headers
         headers["namelen"] = _SOCKADDR_IN
         if self.gso:
@@ -169,22 +171,22 @@ class BatchSocket:
             error = ctypes.get_errno()
             if count < 0 and error not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
                 raise OSError(error, os.strerror(error))
-            return []
+            return Frames.empty()
         lengths = headers["len"][:count].astype(np.int64)
         sizes = lengths
         if self.gso:
             control = self._controls[:count]
             merged = (headers["controllen"][:count] >= 20) & (control["level"] == _SOL_UDP) & (control["type"] == _UDP_GRO)
             sizes = np.where(merged & (control["value"] > 0), control["value"], lengths)
+        pieces = np.maximum(-(-lengths // np.maximum(sizes, 1)), 1)  # a 0-byte datagram is one too
+        message = np.repeat(np.arange(count), pieces)
+        within = np.arange(message.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        offset = within * sizes[message]
+        start = message * MAX_DATAGRAM + offset
+        length = np.minimum(sizes[message], lengths[message] - offset)
         names = self._names[:count]
-        keys = (names[:, 4:8].view(">u4").ravel().astype(np.int64) << 16) | names[:, 2:4].view(">u2").ravel()
-        flat = memoryview(self._buffers.reshape(-1))
-        received: list[Datagram] = []
-        for at, length, size, key in zip(range(0, count * MAX_DATAGRAM, MAX_DATAGRAM), lengths.tolist(), sizes.tolist(), keys.tolist()):
-            blob = flat[at : at + length].tobytes()
-            pieces = [blob[i : i + size] for i in range(0, length, size)] if length > size else [blob]
-            received.extend(map(Datagram, pieces, repeat(self._source(key), len(pieces))))
-        return received
+        keys = ((names[:, 4:8].view(">u4").ravel().astype(np.int64) << 16) | names[:, 2:4].view(">u2").ravel()).tolist()
+        return Frames(self._buffers.reshape(-1), start, length, message, [self._source(key) for key in keys])
 
     def _source(self, key: int) -> Address:
         address = self._sources.get(key)
@@ -208,7 +210,40 @@ class BatchSocket:
         """Send every datagram (blocking while the socket buffer is full); returns how many the kernel refused."""
         if not self.mmsg:
             return self._send_plain(datagrams)
-        return self._send_runs(_runs(datagrams, MAX_SEGMENTS if self.gso else 1)) if datagrams else 0
+        return self.send_frames(Frames.of(datagrams))
+
+    def send_frames(self, frames: Frames) -> int:
+        """Send every frame to its peer; returns how many the kernel refused."""
+        if not len(frames):
+            return 0
+        if not self.mmsg:
+            return self._send_plain(frames.datagrams())
+        plan = _plan(frames, MAX_SEGMENTS if self.gso else 1)
+        count = plan.begin.size
+        names = b"".join([self._sockaddr(address) for address in plan.addresses])
+        iov = np.empty(len(frames), dtype=_IOVEC)
+        iov["base"] = frames.buffer.ctypes.data + frames.start[plan.order]
+        iov["len"] = frames.length[plan.order]
+        controls = np.zeros(count, dtype=_CMSG)
+        controls["len"], controls["level"], controls["type"], controls["value"] = 18, _SOL_UDP, _UDP_SEGMENT, plan.segment
+        headers = _message_array(_address_of(names), iov.ctypes.data, plan.begin, plan.count, controls.ctypes.data,
+                                 np.where(plan.segment > 0, _CMSG_SPACE, 0))  # fmt: skip
+        sent, refused = 0, 0
+        while sent < count:
+            done = _LIBC.sendmmsg(self.sock.fileno(), headers.ctypes.data + sent * _MMSGHDR.itemsize, count - sent, 0)
+            if done < 0:
+                error = ctypes.get_errno()
+                if error == errno.EINTR:
+                    continue
+                if plan.segment[sent] > 0 and error in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EMSGSIZE):
+                    self.gso = False  # this path cannot segment: send the rest one datagram at a time
+                    rest = plan.order[plan.begin[sent] :]
+                    return refused + self._send_plain(Frames(frames.buffer, frames.start[rest], frames.length[rest],
+                                                                frames.peer[rest], frames.addresses).datagrams())  # fmt: skip
+                refused, done = refused + int(plan.count[sent]), 1  # this message cannot go (e.g. no route): skip it
+            sent += done
+        del names, iov, controls  # alive until here: the kernel read through their addresses
+        return refused
 
     def _send_plain(self, datagrams: Sequence[Datagram]) -> int:
         refused = 0
@@ -227,65 +262,25 @@ class BatchSocket:
             packed = self._sockaddrs[address] = socket.AF_INET.to_bytes(2, sys.byteorder) + port.to_bytes(2, "big") + ip + bytes(8)
         return packed
 
-    def _send_runs(self, runs: _Runs) -> int:
-        """sendmmsg until every run is out (the kernel takes at most 1024 per call); a run of
-        several datagrams is one GSO message."""
-        count = runs.count.size
-        names = b"".join([self._sockaddr(address) for address in runs.addresses])
-        segment = np.where(runs.count > 1, runs.size, 0)
-        controls = np.zeros(count, dtype=_CMSG)
-        controls["len"], controls["level"], controls["type"], controls["value"] = 18, _SOL_UDP, _UDP_SEGMENT, segment
-        headers, iov = _message_array(_address_of(names), _address_of(runs.payload), runs.length.astype(np.uint64),
-                                      controls.ctypes.data, np.where(segment > 0, _CMSG_SPACE, 0))  # fmt: skip
-        sent, refused = 0, 0
-        while sent < count:
-            done = _LIBC.sendmmsg(self.sock.fileno(), headers.ctypes.data + sent * _MMSGHDR.itemsize, count - sent, 0)
-            if done < 0:
-                error = ctypes.get_errno()
-                if error == errno.EINTR:
-                    continue
-                if segment[sent] > 0 and error in (errno.EINVAL, errno.EIO, errno.ENOPROTOOPT, errno.EMSGSIZE):
-                    self.gso = False  # this path cannot segment: send the rest one datagram at a time
-                    return refused + self._send_plain(_unsent(runs, sent))
-                refused, done = refused + int(runs.count[sent]), 1  # this message cannot go (e.g. no route): skip it
-            sent += done
-        del names, controls, iov  # alive until here: the kernel read through their addresses
-        return refused
-
-
-def _unsent(runs: _Runs, first_run: int) -> list[Datagram]:
-    """The datagrams of runs `first_run`... again, as datagrams."""
-    sizes = np.repeat(runs.size[first_run:], runs.count[first_run:]).tolist()
-    addresses = [a for a, n in zip(runs.addresses[first_run:], runs.count[first_run:].tolist()) for _ in range(n)]
-    start = int(runs.length[:first_run].sum())
-    out = []
-    for size, address in zip(sizes, addresses):
-        out.append(Datagram(runs.payload[start : start + size], address))
-        start += size
-    return out
-
 
 def _address_of(data: bytes) -> int:
     return np.frombuffer(data, dtype=np.uint8).ctypes.data if data else 0
 
 
-def _message_array(names: int, buffers: int, lengths: np.ndarray, controls: int,
-                   control_size: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """An mmsghdr array and the iovec array it points to: message i has sockaddr `names + 16i`,
-    one iovec over `lengths[i]` bytes of consecutive `buffers`, and control buffer `controls + 24i`."""
-    count = lengths.size
-    iov = np.empty(count, dtype=_IOVEC)
-    iov["base"] = buffers + np.cumsum(lengths) - lengths
-    iov["len"] = lengths
-    headers = np.zeros(count, dtype=_MMSGHDR)
-    index = np.arange(count, dtype=np.uint64)
+def _message_array(names: int, iov: int, begin: np.ndarray, count: np.ndarray, controls: int,
+                   control_size: np.ndarray) -> np.ndarray:  # fmt: skip
+    """An mmsghdr array: message i has sockaddr `names + 16i`, iovecs `begin[i]` .. `begin[i] + count[i] - 1`
+    of the array at `iov`, and (where `control_size[i]` > 0) the control buffer `controls + 24i`."""
+    messages = begin.size
+    index = np.arange(messages, dtype=np.uint64)
+    headers = np.zeros(messages, dtype=_MMSGHDR)
     headers["name"] = names + _SOCKADDR_IN * index
     headers["namelen"] = _SOCKADDR_IN
-    headers["iov"] = iov.ctypes.data + _IOVEC.itemsize * index
-    headers["iovlen"] = 1
-    headers["control"] = np.where(np.asarray(control_size) > 0, controls + _CMSG_SPACE * index, 0)
+    headers["iov"] = iov + _IOVEC.itemsize * begin.astype(np.uint64)
+    headers["iovlen"] = count
+    headers["control"] = np.where(control_size > 0, controls + _CMSG_SPACE * index, 0)
     headers["controllen"] = control_size
-    return headers, iov
+    return headers
 
 
 def _enable_gro(sock: socket.socket) -> bool:
@@ -302,6 +297,7 @@ class UdpRunner:
 
     The node gets at most `batch` datagrams per call and each call's output leaves at once,
     so replies flow while the rest of a large backlog is processed (peers keep working).
+    A `FrameNode` gets them as `Frames` (no Python object per datagram).
     """
 
     def __init__(self, node: Node, sock: socket.socket, batch: int = 256, mmsg: bool | None = None, gso: bool | None = None,
@@ -331,15 +327,20 @@ class UdpRunner:
     def serve_forever(self) -> None:
         """Run in the calling thread until `stop()`."""
         node, io = self.node, self.io
+        frames_in_frames_out = isinstance(node, FrameNode)
         while not self._stopping.is_set():
-            datagrams = io.recv()
-            for start in range(0, len(datagrams), self.batch):
-                self._send(node.receive(datagrams[start : start + self.batch], self.clock()))
+            frames = io.recv_frames()
+            for start in range(0, len(frames), self.batch):
+                part = frames.slice(start, start + self.batch)
+                if frames_in_frames_out:
+                    self.refused += io.send_frames(node.receive_frames(part, self.clock()))
+                else:
+                    self._send(node.receive(part.datagrams(), self.clock()))
             deadline = node.next_deadline()
             if deadline is not None and self.clock() >= deadline:
                 self._send(node.tick(self.clock()))
                 continue
-            if not datagrams:
+            if not len(frames):
                 timeout = None if deadline is None else max(0.0, deadline - self.clock())
                 select.select([io, self._wake_r], [], [], timeout)
 

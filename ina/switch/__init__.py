@@ -5,6 +5,6 @@ P4 targets.
 """
 
 from ina.switch.config import SwitchConfig
-from ina.switch.core import COUNTERS, SwitchCore
+from ina.switch.core import COUNTERS, OUTCOMES, SwitchCore
 
-__all__ = ["COUNTERS", "SwitchConfig", "SwitchCore"]
+__all__ = ["COUNTERS", "OUTCOMES", "SwitchConfig", "SwitchCore"]

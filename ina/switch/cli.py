@@ -27,7 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--words", type=int, default=64, help="32-bit payload words per packet K (default %(default)s)")
     parser.add_argument("--policy", choices=POLICIES, default="esa", help="contention policy (default %(default)s)")
     parser.add_argument("--slot-timeout", type=float, default=1.0, help="seconds before an idle partial is flushed to its PS (default %(default)s)")
-    parser.add_argument("--batch", type=int, default=256, help="datagrams per receive call (default %(default)s)")
+    parser.add_argument("--batch", type=int, default=1024, help="most datagrams per processing call (default %(default)s)")
     faults = parser.add_argument_group("fault injection (applied to received and sent packets)")
     faults.add_argument("--drop", type=float, default=0.0, help="drop rate")
     faults.add_argument("--duplicate", type=float, default=0.0, help="duplicate rate")

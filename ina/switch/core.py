@@ -1,23 +1,30 @@
 """The switch's per-packet algorithm (docs/protocol.md, section 5) as a sans-IO `Node`, vectorized.
 
-A batch is validated with masks in one pass. Packets that reach the slots are then applied
-in rounds: each round takes the first remaining packet of every distinct slot, so within a
-round every slot is touched once and the state transition is a handful of masked numpy
-operations. Slots are independent of each other, so the outcome (state, counters and the
-output packets, in order) is exactly that of processing the packets one at a time.
+A batch is validated with masks in one pass. Packets that reach the slots take one of two
+routes, both equal to processing the packets one at a time in arrival order:
+
+- runs: a slot whose packets in the batch are all first transmissions of one chunk with
+  distinct ranks (the common case) is folded with a few segment operations;
+- rounds: every other packet is applied in rounds, each taking the first remaining packet
+  of every distinct slot, so a round touches a slot once and the state transition of
+  section 5 is a handful of masked numpy operations.
+
+Slots are independent of each other, so state, counters and the output packets (in input
+order) are exactly those of one-at-a-time processing; tests/test_switch_batch.py checks it.
+Packets come in and go out as `Frames` (one buffer, no Python object per packet); the
+`Node` methods convert from and to `Datagram` lists.
 """
 
 from __future__ import annotations
 
 import threading
-from itertools import chain, repeat
-from operator import itemgetter
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ina.control import JobSpec
+from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.protocol import Flag, Kind
 from ina.protocol.header import valid_mask
@@ -42,12 +49,41 @@ EVENTS = (
     "swept",
 )
 COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
+OUTCOMES = (*DROPS, "redirected", "flushed", "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests")
+"""Every received packet is counted under exactly one of these: they sum to rx_packets
+(stale and preempted packets also claim; completed, flush_hits and swept are further events)."""
 
 # Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
 _DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), int(Flag.RESEND)
 
-_Out = list[tuple[int, list[Datagram]]]
-"""Output packets, each group tagged with the position of the input packet that caused it."""
+
+
+class _Out:
+    """Output packets as they are decided: rows of encoded packets, each tagged with the position
+    of the input packet that caused it and a target set (section "Jobs": a job's RESULT set, or its PS)."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, cause: np.ndarray, rows: np.ndarray, target: np.ndarray) -> None:
+        if cause.size:
+            self.blocks.append((cause, rows, target))
+
+    def frames(self, table: Jobs) -> Frames:
+        """Every row to every address of its target set, in the order of the input packets (stable:
+        a packet's PARTIAL stays before its RESULT), a set's addresses in order."""
+        if not self.blocks:
+            return Frames.empty()
+        cause, rows, target = (np.concatenate(parts) for parts in zip(*self.blocks))
+        order = np.argsort(cause, kind="stable")  # rows stay where they are: frames point at them in order
+        target = target[order]
+        fanout = table.set_size[target]
+        total = int(fanout.sum())
+        within = np.arange(total) - np.repeat(np.cumsum(fanout) - fanout, fanout)
+        peer = table.set_members[np.repeat(table.set_start[target], fanout) + within]
+        size = rows.shape[1]
+        start = np.repeat(order * size, fanout)
+        return Frames(rows.reshape(-1), start, np.full(total, size, dtype=np.int64), peer, table.addresses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +147,21 @@ class SwitchCore:
     # -- data plane ----------------------------------------------------------------------
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        if not datagrams:
-            return []
+        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        """`receive` without a Python object per packet: what `UdpRunner` calls."""
+        if not len(frames):
+            return Frames.empty()
         with self._lock:
-            batch = decode(datagrams, self.settings.words, self.table.address_ids)
-            out: _Out = []
+            batch = decode(frames, self.settings.words, self.table.address_ids)
+            out = _Out()
             packets = self._admit(batch)
             rest = packets.take(self._aggregate_runs(packets, batch, now, out))
             for rows in _rounds(rest.slot):
                 self._apply(rest.take(rows), batch, now, out)
-            out.sort(key=itemgetter(0))  # stable: a packet's PARTIAL stays before its RESULT
-            sent = list(chain.from_iterable(map(itemgetter(1), out)))
-            self._counts["rx_packets"] += len(datagrams)
+            sent = out.frames(self.table)
+            self._counts["rx_packets"] += len(frames)
             self._counts["tx_packets"] += len(sent)
             return sent
 
@@ -131,12 +170,14 @@ class SwitchCore:
         with self._lock:
             slots = self.slots
             idle = np.flatnonzero((slots.key != 0) & (now - slots.touched >= self.settings.slot_timeout))
-            if not idle.size:
-                return []
-            sent = [d for group in self._evict(idle) for d in group]
+            out = _Out()
+            out.add(idle, *self._partials(idle, slots.key[idle]))
+            slots.redirect[idle] = slots.key[idle]
+            slots.key[idle] = 0
+            sent = out.frames(self.table)
             self._counts["swept"] += idle.size
             self._counts["tx_packets"] += len(sent)
-            return sent
+            return sent.datagrams()
 
     def next_deadline(self) -> float | None:
         with self._lock:
@@ -256,7 +297,7 @@ class SwitchCore:
         flush_hit = flush & (key == p.key)
 
         evict = resend_flush | stale | preempt | flush_hit
-        self._deliver(out, p.index[evict], self._partials(s[evict], key[evict]))
+        out.add(p.index[evict], *self._partials(s[evict], key[evict]))
         slots.key[s[resend_flush | flush_hit]] = 0
         to_self = resend_flush | flush | collision
         slots.redirect[s[to_self]] = p.key[to_self]
@@ -269,8 +310,7 @@ class SwitchCore:
         self._complete(s[g], p.job[g], p.index[g], out)
 
         forward = redirected | (free & p.resend) | (same_job & ~stale) | (other_job & p.resend) | collision
-        ps = self.table.ps_addr
-        out.extend((i, [Datagram(batch.data[i], ps[row])]) for i, row in zip(p.index[forward].tolist(), p.job[forward].tolist()))
+        out.add(p.index[forward], batch.raw[p.index[forward]], 2 * p.job[forward] + 1)  # unchanged, to the job's PS
 
         for name, mask in (
             ("redirected", redirected), ("duplicate", duplicate), ("flushed", resend_flush),
@@ -300,43 +340,29 @@ class SwitchCore:
     def _complete(self, s: np.ndarray, job: np.ndarray, index: np.ndarray, out: _Out) -> None:
         """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free."""
         done = self.slots.bitmap[s] == self.table.full[job]
-        self._deliver(out, index[done], self._results(s[done]))
+        out.add(index[done], *self._results(s[done]))
         self.slots.key[s[done]] = 0
         self._count("completed", done)
 
-    def _evict(self, s: np.ndarray) -> list[list[Datagram]]:
-        """Send partials to their PS, free the slots and redirect their chunks' late packets."""
-        key = self.slots.key[s]
-        sent = self._partials(s, key)
-        self.slots.redirect[s] = key
-        self.slots.key[s] = 0
-        return sent
-
-    def _partials(self, s: np.ndarray, key: np.ndarray) -> list[list[Datagram]]:
-        """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each to its job's PS."""
+    def _partials(self, s: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each for its job's PS."""
         slots = self.slots
-        return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s], to_workers=False)
+        return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s])
 
-    def _results(self, s: np.ndarray) -> list[list[Datagram]]:
-        """RESULTs of completed slots `s`: to every worker of the job, then a copy to its PS."""
+    def _results(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """RESULTs of completed slots `s`, each for every worker of the job, then its PS."""
         slots = self.slots
-        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s], to_workers=True)
+        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s])
 
-    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray, to_workers: bool) -> list[list[Datagram]]:
-        if not s.size:
-            return []
+    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Encoded packets for slots `s` and their target sets (a job's RESULT set, or its PS)."""
         table = self.table
         job = key_job(key)
         row = table.index[job]
         op = key_op(key)
         lanes = np.where(op, 32, table.lane_bits[row])
-        packets = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
-        targets = table.result_addrs if to_workers else table.ps_addrs
-        return [list(map(Datagram, repeat(data), targets[r])) for data, r in zip(packets, row.tolist())]
-
-    @staticmethod
-    def _deliver(out: _Out, index: np.ndarray, groups: list[list[Datagram]]) -> None:
-        out.extend(zip(index.tolist(), groups))
+        rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
+        return rows, 2 * row + (kind == Kind.PARTIAL)
 
 
 def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
@@ -355,19 +381,19 @@ def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:
 
 
 def _fold(payload: np.ndarray, begin: np.ndarray, length: np.ndarray, runs: np.ndarray, is_max: np.ndarray) -> np.ndarray:
-    """Sums (or maxima, where `is_max`) of payload rows over the runs `runs` (payload rows sorted by run).
+    """Sums modulo 2**32 (maxima where `is_max`) of payload rows over the runs `runs` (rows sorted by run).
 
-    Sums come from a running sum modulo 2**32 (a difference of two prefix sums is the run's sum,
-    wraps included), which is one pass where reduceat over rows is slow."""
-    last = begin + length - 1
-    if length.max() == 1:
-        return payload[begin[runs]]
-    prefix = np.cumsum(payload, axis=0, dtype=np.uint32)
-    folded = prefix[last[runs]]
-    after_first = begin[runs] > 0
-    folded[after_first] -= prefix[begin[runs][after_first] - 1]
-    if is_max.any():
-        folded[is_max] = np.maximum.reduceat(payload, begin, axis=0)[runs][is_max]
+    Position by position: one vectorized pass per position of the longest run, and runs are
+    short (at most one packet per worker), where reduceat over rows is slow."""
+    start, count = begin[runs], length[runs]
+    folded = payload[start]
+    for position in range(1, int(count.max())):
+        longer = np.flatnonzero(count > position)
+        rows = payload[start[longer] + position]
+        if is_max.any():
+            folded[longer] = np.where(is_max[longer, None], np.maximum(folded[longer], rows), folded[longer] + rows)
+        else:
+            folded[longer] += rows
     return folded
 
 

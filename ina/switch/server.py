@@ -35,11 +35,13 @@ class SwitchServer:
     """`SwitchCore` served on `listen` (UDP) and its control API on `control` (HTTP).
 
     It is itself the control API's target: the core's job table, plus fault and I/O counters.
+    `batch` caps the datagrams per core call; a call takes only what has arrived, so a
+    lightly loaded switch answers packet by packet and a busy one amortizes over large batches.
     """
 
     role = "switch"
 
-    def __init__(self, config: SwitchConfig, listen: Address, control: Address, faults: Faults = Faults(), batch: int = 256) -> None:
+    def __init__(self, config: SwitchConfig, listen: Address, control: Address, faults: Faults = Faults(), batch: int = 1024) -> None:
         self.core = SwitchCore(config)
         self.faults = faults
         self._faulty = FaultyNode(self.core, *faults.injectors()) if any((faults.drop, faults.duplicate, faults.reorder)) else None

@@ -125,8 +125,8 @@ class Jobs:
 
     def _rebuild(self) -> None:
         entries = list(self.entries.values())
-        addresses = {ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps)}
-        self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(sorted(addresses))}
+        self.addresses: list[Address] = sorted({ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps)})
+        self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(self.addresses)}
         count = max(len(entries), 1)
         self.index = np.full(1 << 16, -1, dtype=np.int64)
         self.fanin = np.zeros(count, dtype=np.int64)
@@ -136,9 +136,7 @@ class Jobs:
         self.lane_bits = np.zeros(count, dtype=np.int64)
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
         self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
-        self.ps_addr: list[Address] = []
-        self.ps_addrs: list[tuple[Address]] = []  # where a PARTIAL goes
-        self.result_addrs: list[tuple[Address, ...]] = []  # where a RESULT goes: the workers by rank, then the PS
+        members: list[list[int]] = []  # target set 2r: job row r's RESULT (workers by rank, then the PS); 2r + 1: its PS
         for i, entry in enumerate(entries):
             spec = entry.spec
             assert spec.ps is not None
@@ -150,9 +148,10 @@ class Jobs:
             self.lane_bits[i] = spec.lane_bits
             self.ps_id[i] = self.address_ids[spec.ps.addr]
             self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
-            self.ps_addr.append(spec.ps.addr)
-            self.ps_addrs.append((spec.ps.addr,))
-            self.result_addrs.append((*(w.addr for w in spec.workers), spec.ps.addr))
+            members += [[*self.worker_id[i, : spec.fanin].tolist(), int(self.ps_id[i])], [int(self.ps_id[i])]]
+        self.set_size = np.array([len(m) for m in members] or [0], dtype=np.int64)
+        self.set_start = np.cumsum(self.set_size) - self.set_size
+        self.set_members = np.array([a for m in members for a in m], dtype=np.int64)
 
 
 def _check_registration(spec: JobSpec, pool: int, entries: dict[int, JobEntry]) -> None:

@@ -1,0 +1,179 @@
+"""Throughput of the software switch on loopback: `python -m benchmarks.switch`.
+
+The switch server runs in its own process; load-generating worker processes run closed
+loops (at most `window` chunks outstanding, as real workers do) with batched sends and
+receives, each over its own UDP socket. Rates come from the switch's own counters.
+"fp32-equivalent MB/s" counts the coordinates the switch aggregated per second at 4 bytes
+each, with 8-bit lanes carrying 4 coordinates per 32-bit word.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import select
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ina.control import Endpoint, JobSpec
+from ina.control.http import ControlClient
+from ina.net.frames import Frames
+from ina.net.udp import BatchSocket, open_socket
+from ina.protocol import HEADER_DTYPE, HEADER_LEN, MAGIC, VERSION, Kind
+
+LOOPBACK = "127.0.0.1"
+LANE_BITS = 8
+
+
+@dataclass(frozen=True)
+class Case:
+    words: int
+    workers: int
+    window: int
+    pool: int
+    seconds: float
+    procs: int
+    batch: int
+
+
+def _serve_switch(case: Case, ready: mp.Queue, stop: mp.Event) -> None:
+    from ina.switch import SwitchConfig
+    from ina.switch.server import SwitchServer
+
+    with SwitchServer(SwitchConfig(pool=case.pool, words=case.words), (LOOPBACK, 0), (LOOPBACK, 0), batch=case.batch) as server:
+        server.start()
+        ready.put((server.address, server.control_address, os.getpid()))
+        stop.wait()
+
+
+def _data_rows(job: int, rank: int, seqs: np.ndarray, slot_base: int, pool: int, payload: np.ndarray) -> np.ndarray:
+    """DATA packets for consecutive chunks as rows of a uint8 matrix, built with numpy."""
+    head = np.zeros(seqs.size, dtype=HEADER_DTYPE)
+    head["magic"], head["version"], head["kind"] = MAGIC, VERSION, Kind.DATA
+    head["job"], head["rank"], head["seq"] = job, rank, seqs
+    head["slot"] = (slot_base + seqs) % pool
+    head["lane_bits"], head["bitmap"] = LANE_BITS, 1 << rank
+    body = np.broadcast_to(payload.astype(">u4").view(np.uint8), (seqs.size, 4 * payload.size))
+    return np.concatenate([head.view(np.uint8).reshape(seqs.size, HEADER_LEN), body], axis=1)
+
+
+def _to(address: tuple, rows: np.ndarray) -> Frames:
+    count, size = rows.shape
+    return Frames(rows.reshape(-1), np.arange(count, dtype=np.int64) * size, np.full(count, size), np.zeros(count, np.int64), [address])
+
+
+def _seqs(frames: Frames) -> list[int]:
+    """The seq field of every received packet."""
+    at = frames.start[:, None] + np.arange(8, 12)
+    return frames.buffer[at].view(">u4").ravel().tolist() if len(frames) else []
+
+
+def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Queue, results: mp.Queue) -> None:
+    """Closed loops of the workers `ranks` in one process: each keeps `window` chunks
+    outstanding (it sends chunk `seq` once it holds every result below `seq - window`)."""
+    sockets = {rank: BatchSocket(open_socket((LOOPBACK, 0))) for rank in ranks}
+    for rank, io in sockets.items():
+        ports.put((rank, io.sock.getsockname()[1]))
+    job, slot_base, deadline = go.get()
+    payload = np.random.default_rng(ranks[0]).integers(0, 30, case.words, dtype=np.uint32)
+    sent = dict.fromkeys(ranks, 0)
+    done = dict.fromkeys(ranks, 0)
+    arrived: dict[int, set[int]] = {rank: set() for rank in ranks}
+    rank_of = {io.fileno(): rank for rank, io in sockets.items()}
+    while time.time() < deadline:
+        for rank, io in sockets.items():
+            limit = done[rank] + case.window
+            if sent[rank] < limit:
+                seqs = np.arange(sent[rank], limit, dtype=np.uint32)
+                io.send_frames(_to(switch, _data_rows(job, rank, seqs, slot_base, case.pool, payload)))
+                sent[rank] = limit
+        readable, _, _ = select.select(list(sockets.values()), [], [], 0.05)
+        for io in readable:
+            rank = rank_of[io.fileno()]
+            arrived[rank].update(_seqs(io.recv_frames()))
+            while done[rank] in arrived[rank]:
+                arrived[rank].remove(done[rank])
+                done[rank] += 1
+    results.put(min(done.values()))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(case: Case, warmup: float = 0.5) -> dict:
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    switch = ctx.Process(target=_serve_switch, args=(case, ready, stop))
+    switch.start()
+    data_addr, control_addr, pid = ready.get(timeout=30)
+    ps_sink = open_socket((LOOPBACK, 0))  # the PS: result copies land here unread
+    ports, results = ctx.Queue(), ctx.Queue()
+    groups = [list(range(case.workers))[i :: case.procs] for i in range(case.procs)]
+    gos = [ctx.Queue() for _ in groups]
+    loads = [ctx.Process(target=_load, args=(ranks, case, data_addr, ports, go, results)) for ranks, go in zip(groups, gos)]
+    for process in loads:
+        process.start()
+    by_rank = dict(ports.get(timeout=30) for _ in range(case.workers))
+    control = ControlClient(*control_addr)
+    spec = JobSpec(job=1, workers=tuple(Endpoint(LOOPBACK, by_rank[r]) for r in range(case.workers)), window=case.window,
+                   lane_bits=LANE_BITS, ps=Endpoint(LOOPBACK, ps_sink.getsockname()[1]))  # fmt: skip
+    slot_base = control.register(spec)["slot_base"]
+    deadline = time.time() + warmup + case.seconds
+    for q in gos:
+        q.put((spec.job, slot_base, deadline))
+    time.sleep(warmup)
+    load_cpu = lambda: sum(_cpu_seconds(process.pid) for process in loads)  # noqa: E731
+    before, cpu_before, load_before, t0 = control.counters(), _cpu_seconds(pid), load_cpu(), time.time()
+    time.sleep(case.seconds)
+    after, cpu_after, load_after, t1 = control.counters(), _cpu_seconds(pid), load_cpu(), time.time()
+    chunks = [results.get(timeout=30) for _ in loads]
+    for process in loads:
+        process.join()
+    stop.set()
+    switch.join()
+    ps_sink.close()
+    elapsed = t1 - t0
+    rx = (after["rx_packets"] - before["rx_packets"]) / elapsed
+    return {
+        "words": case.words, "workers": case.workers, "window": case.window,
+        "rx_pps": rx, "tx_pps": (after["tx_packets"] - before["tx_packets"]) / elapsed,
+        "chunks_per_s": (after["completed"] - before["completed"]) / elapsed,
+        "fp32_MBps": rx * case.words * (32 // LANE_BITS) * 4 / 1e6,
+        "switch_cpu": (cpu_after - cpu_before) / elapsed,
+        "capacity_pps": (after["rx_packets"] - before["rx_packets"]) / max(cpu_after - cpu_before, 1e-9),
+        "load_cpu": (load_after - load_before) / elapsed,
+        "stalled": min(chunks) == 0 or after["completed"] == before["completed"],
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--words", type=int, nargs="+", default=[64, 256], help="K values to measure")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--window", type=int, default=1024, help="outstanding chunks per worker")
+    parser.add_argument("--pool", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured time per run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per K; the table shows the median run (by rx pkt/s) and the best")
+    parser.add_argument("--procs", type=int, default=2, help="load-generating processes sharing the workers")
+    parser.add_argument("--batch", type=int, default=1024, help="the switch runner's datagrams per call")
+    args = parser.parse_args()
+    print(f"{'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
+          f"{'rx pkt/CPU-s':>12} {'load CPU':>8}")  # fmt: skip
+    for words in args.words:
+        runs = sorted((measure(Case(words, args.workers, args.window, args.pool, args.seconds, args.procs, args.batch))
+                       for _ in range(args.repeat)), key=lambda r: r["rx_pps"])  # fmt: skip
+        for label, r in (("median", runs[len(runs) // 2]), ("best", runs[-1])):
+            print(f"{words:>5} {label:>6} {r['rx_pps']:>10,.0f} {r['tx_pps']:>10,.0f} {r['chunks_per_s']:>9,.0f} "
+                  f"{r['fp32_MBps']:>12,.1f} {r['switch_cpu']:>10.0%} {r['capacity_pps']:>12,.0f} {r['load_cpu']:>8.0%}"
+                  + ("  STALLED" if any(run["stalled"] for run in runs) else ""))  # fmt: skip
+    print(f"({args.workers} workers in {args.procs} load processes, window {args.window}, pool {args.pool}, "
+          f"switch batch {args.batch}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+
+
+if __name__ == "__main__":
+    main()
