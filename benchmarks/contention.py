@@ -1,0 +1,160 @@
+"""Average job completion time (JCT) of three jobs contending for the switch's aggregators: esa vs atp.
+
+    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1]
+
+Three training jobs (compute, then one reduction, per iteration) share one switch whose
+pool holds one window while the jobs' windows add up to three. Everything is simulated at
+the packet level (ina.sim) with the real switch, PS and worker engines. Both policies run
+with the same parameters, seeds and priorities from the default end-host policy; only the
+switch's contention policy differs. docs/simulator.md, "Contention", explains the choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from ina.sim.cluster import PS_ADDR, Cluster, Hosts
+from ina.sim.link import Link
+from ina.sim.workload import TrainingLoop
+from ina.transport.priority import IntensityPriority
+
+GBPS = 1e9 / 8
+"""Bytes per second in one Gb/s."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A training job: `chunks` packets per reduction (its model), `compute` seconds per iteration."""
+
+    name: str
+    chunks: int
+    compute: float
+    iterations: int
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The deployment, the same for both policies (units: seconds, bytes, packets)."""
+
+    link_gbps: float = 10.0        # every worker's link and the PS's link
+    latency: float = 1e-6          # one way, host to switch
+    frame_overhead: int = 66       # Ethernet + IP + UDP headers, preamble, gap
+    words: int = 64                # K: Tofino's 64 words per pass
+    pool: int = 16                 # aggregator slots: one window's worth
+    window: int = 16               # per job: the bandwidth-delay product (4.4 us / 274 ns)
+    workers: int = 8               # per job
+    ps_pps: float = 5e6            # a DPDK-class software PS
+    coalesce: float = 0.5e-6       # receive batching at every host and the switch
+    jitter: float = 0.1            # per-iteration compute time varies +-10%
+    min_rto: float = 200e-6        # about 50 base RTTs
+    initial_rto: float = 500e-6
+    max_rto: float = 10e-3
+    flush_delay: float = 200e-6    # the PS's FLUSH timer, scaled like min_rto
+    time_constant: float = 1e-3    # the priority policy's rate window: a few iterations
+    age_step: float = 100e-6       # +1 priority level per 100 us queued
+
+
+JOBS = (
+    # comm/compute at line rate: 2.2 (VGG-16-like), 0.8 (BERT-base-like), 0.36 (ResNet-50-like)
+    Job("comm-heavy", chunks=400, compute=50e-6, iterations=10),
+    Job("balanced", chunks=300, compute=100e-6, iterations=10),
+    Job("compute-heavy", chunks=200, compute=150e-6, iterations=10),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One simulated run: each job's completion time and what the switch and the PS did."""
+
+    jct: dict[str, float]
+    events: dict[str, int]
+
+
+def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
+    """Run the jobs to completion (all start at 0) under the switch policy `policy`."""
+    link = Link(bandwidth=setup.link_gbps * GBPS, latency=setup.latency)
+    cluster = Cluster(
+        words=setup.words, pool=setup.pool, policy=policy, seed=seed, frame_overhead=setup.frame_overhead,
+        workers=Hosts(link, coalesce=setup.coalesce),
+        ps_host=Hosts(link, processing=1 / setup.ps_pps, coalesce=setup.coalesce),
+        switch_host=Hosts(coalesce=setup.coalesce),
+        engine=dict(min_rto=setup.min_rto, initial_rto=setup.initial_rto, max_rto=setup.max_rto, peer_timeout=1.0),
+        ps_options=dict(flush_delay=setup.flush_delay),
+    )
+    loops: dict[str, list[TrainingLoop]] = {}
+    for number, job in enumerate(jobs):
+        rngs = iter(np.random.default_rng([seed, number, rank]) for rank in range(setup.workers))
+
+        def loop(engine, job=job, rngs=rngs) -> TrainingLoop:
+            return TrainingLoop(engine, iterations=job.iterations, compute=job.compute,
+                                words=job.chunks * setup.words, jitter=setup.jitter, rng=next(rngs))
+
+        cluster.add_job(number + 1, setup.workers, setup.window, wrap=loop,
+                        policy=lambda: IntensityPriority(time_constant=setup.time_constant, age_step=setup.age_step))
+        loops[job.name] = [cluster.net.node(cluster.address(number, rank)) for rank in range(setup.workers)]
+    every = [loop for group in loops.values() for loop in group]
+    if not cluster.net.run_until(lambda: all(loop.finished or loop.engine.error for loop in every), timeout=10.0):
+        raise RuntimeError("the jobs did not finish within 10 simulated seconds")
+    for loop in every:
+        if loop.engine.error is not None:
+            raise loop.engine.error
+    switch, ps = cluster.switch_core.counters(), cluster.ps.counters()
+    resent = sum((Counter(loop.engine.counters) for loop in every), Counter())["resent"]
+    offered = cluster.net.stats()[PS_ADDR]["down"]["busy_s"] / cluster.net.now  # > 1: a queue outlives the run
+    events = {"preempted": switch["preempted"], "collisions": switch["collision"], "completed at PS": ps["completed"],
+              "resent": resent, "PS downlink load %": round(100 * offered)}
+    return Outcome({name: max(loop.finished_at for loop in group) for name, group in loops.items()}, events)
+
+
+def _run(args: tuple[str, Setup, int]) -> tuple[str, int, Outcome]:
+    policy, setup, seed = args
+    return policy, seed, run(policy, setup, JOBS, seed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="runs per policy (seeds 0..n-1), averaged")
+    for f in fields(Setup):
+        if f.name in ("pool", "window", "workers", "jitter", "link_gbps"):
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    setup = replace(Setup(), pool=args.pool, window=args.window, workers=args.workers, jitter=args.jitter,
+                    link_gbps=args.link_gbps)
+    print("setup:", ", ".join(f"{k}={v}" for k, v in asdict(setup).items()))
+    for job in JOBS:
+        comm = job.chunks * (setup.words * 4 + 20 + setup.frame_overhead) / (setup.link_gbps * GBPS)
+        print(f"job {job.name}: {job.chunks} chunks per reduction ({comm * 1e6:.0f} us at line rate), "
+              f"compute {job.compute * 1e6:.0f} us, {job.iterations} iterations, {setup.workers} workers")
+    started = time.perf_counter()
+    tasks = [(policy, setup, seed) for seed in range(args.seeds) for policy in ("esa", "atp")]
+    with ProcessPoolExecutor(max_workers=args.processes) as pool:
+        outcomes = list(pool.map(_run, tasks))
+    print(f"simulated {len(tasks)} runs in {time.perf_counter() - started:.0f} s\n")
+
+    def mean_jct(policy: str, name: str) -> float:
+        values = [o.jct[name] for p, _, o in outcomes if p == policy]
+        return sum(values) / len(values)
+
+    print(f"{'job (mean of %d seeds)' % args.seeds:<26}{'esa JCT (us)':>14}{'atp JCT (us)':>14}{'atp/esa':>9}")
+    for job in JOBS:
+        esa, atp = mean_jct("esa", job.name), mean_jct("atp", job.name)
+        print(f"{job.name:<26}{esa * 1e6:>14.0f}{atp * 1e6:>14.0f}{atp / esa:>9.2f}")
+    average = {p: sum(mean_jct(p, job.name) for job in JOBS) / len(JOBS) for p in ("esa", "atp")}
+    print(f"{'average':<26}{average['esa'] * 1e6:>14.0f}{average['atp'] * 1e6:>14.0f}"
+          f"{average['atp'] / average['esa']:>9.2f}")
+    print("\nper run:")
+    for policy, seed, outcome in outcomes:
+        avg = sum(outcome.jct.values()) / len(outcome.jct)
+        print(f"  {policy} seed {seed}: average JCT {avg * 1e6:.0f} us; " + ", ".join(f"{k} {v}" for k, v in outcome.events.items()))
+
+
+if __name__ == "__main__":
+    main()

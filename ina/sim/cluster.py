@@ -1,0 +1,119 @@
+"""A simulated deployment: the software switch, the PS and jobs of worker engines on one network.
+
+Registers every job with the switch and the PS as the control plane would (the switch
+chooses `slot_base`), then builds each rank's `Engine` from the registration, so tests
+and the benchmark set up exactly what a real cluster runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ina.control import Endpoint, JobSpec
+from ina.net.node import Address, Node
+from ina.ps import ParameterServer
+from ina.sim.link import Link
+from ina.sim.network import Network
+from ina.switch import SwitchConfig, SwitchCore
+from ina.transport.engine import Engine, EngineConfig
+from ina.transport.priority import PriorityPolicy
+
+SWITCH_ADDR: Address = ("10.0.0.1", 47100)
+PS_ADDR: Address = ("10.0.0.2", 47200)
+
+
+@dataclass(frozen=True, slots=True)
+class Hosts:
+    """How a kind of host is attached: its link, per-packet processing time and receive coalescing."""
+
+    link: Link = Link()
+    processing: float = 0.0
+    coalesce: float = 0.0
+
+
+@dataclass(slots=True)
+class Cluster:
+    """One switch (pool `pool`, policy `policy`), one PS and the jobs added with `add_job`.
+
+    With `switch=False` there is no switch: jobs run in PS-only mode. `engine` holds the
+    EngineConfig timing fields every worker gets (min_rto, max_rto, initial_rto, peer_timeout).
+    """
+
+    words: int
+    pool: int = 64
+    policy: str = "esa"
+    switch: bool = True
+    seed: int = 0
+    frame_overhead: int = 0
+    workers: Hosts = Hosts()
+    ps_host: Hosts = Hosts()
+    switch_host: Hosts = Hosts()
+    engine: dict[str, float] = field(default_factory=dict)
+    ps_options: dict[str, Any] = field(default_factory=dict)
+    net: Network = field(init=False)
+    switch_core: SwitchCore | None = field(init=False)
+    ps: ParameterServer = field(init=False)
+    jobs: dict[int, list[Engine]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.net = Network(self.seed, self.frame_overhead)
+        self.ps = ParameterServer(self.words, **self.ps_options)
+        self.net.attach(PS_ADDR, self.ps, self.ps_host.link, processing=self.ps_host.processing,
+                        coalesce=self.ps_host.coalesce)
+        self.switch_core = None
+        if self.switch:
+            self.switch_core = SwitchCore(SwitchConfig(pool=self.pool, words=self.words, policy=self.policy))
+            self.net.attach(SWITCH_ADDR, self.switch_core, self.switch_host.link,
+                            processing=self.switch_host.processing, coalesce=self.switch_host.coalesce)
+
+    def add_job(
+        self,
+        job: int,
+        workers: int,
+        window: int,
+        *,
+        lane_bits: int = 8,
+        priority_cap: int = 255,
+        ps_only: bool | None = None,
+        index_bits: int = 0,
+        table: tuple[int, ...] = (),
+        policy: Callable[[], PriorityPolicy] | None = None,
+        wrap: Callable[[Engine], Node] | None = None,
+        first_seq: int = 0,
+    ) -> list[Engine]:
+        """Register a job of `workers` ranks and attach one engine per rank (wrapped by `wrap`, if given).
+
+        `ps_only` (default: when the cluster has no switch) sends the job's chunks to the PS;
+        indices (`index_bits`, with the THC `table`) need it.
+        """
+        ps_only = not self.switch if ps_only is None else ps_only
+        index = len(self.jobs)
+        addrs = [self.address(index, rank) for rank in range(workers)]
+        endpoints = tuple(Endpoint(*a) for a in addrs)
+        self.ps.register(JobSpec(job, endpoints, window, lane_bits, priority_cap,
+                                 switch=None if ps_only else Endpoint(*SWITCH_ADDR), index_bits=index_bits, table=table))
+        slot_base = 0
+        if not ps_only:
+            assert self.switch_core is not None, "a job that uses the switch needs a cluster with one"
+            spec = JobSpec(job, endpoints, window, lane_bits, priority_cap, ps=Endpoint(*PS_ADDR))
+            slot_base = self.switch_core.register(spec)["slot_base"]
+        engines = []
+        for rank, addr in enumerate(addrs):
+            config = EngineConfig(
+                job=job, rank=rank, workers=workers, words=self.words, window=window, pool=self.pool,
+                slot_base=slot_base, ps_only=ps_only, destination=PS_ADDR if ps_only else SWITCH_ADDR,
+                sources=frozenset({PS_ADDR} if ps_only else {SWITCH_ADDR, PS_ADDR}), first_seq=first_seq,
+                **self.engine,
+            )
+            engine = Engine(config, policy() if policy is not None else None)
+            engines.append(engine)
+            self.net.attach(addr, wrap(engine) if wrap else engine, self.workers.link,
+                            processing=self.workers.processing, coalesce=self.workers.coalesce)
+        self.jobs[job] = engines
+        return engines
+
+    @staticmethod
+    def address(index: int, rank: int) -> Address:
+        """Where rank `rank` of the `index`-th job added is attached."""
+        return (f"10.1.{index + 1}.{rank + 1}", 5000)

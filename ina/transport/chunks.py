@@ -1,0 +1,75 @@
+"""Reductions cut into chunks, and the chunks' results put back together.
+
+Kept apart from the engine so the window and retransmission logic deals only in chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ina.protocol import Header, result_words
+
+
+@dataclass(slots=True, eq=False)
+class Reduction:
+    """One submitted reduction: its result fills in as chunks complete, in any order."""
+
+    handle: int
+    chunks: int
+    words_per_result: int
+    length: int
+    result: np.ndarray = field(init=False)
+    remaining: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.result = np.zeros(self.chunks * self.words_per_result, dtype=np.uint32)
+        self.remaining = self.chunks
+
+    def fill(self, index: int, sums: np.ndarray) -> None:
+        start = index * self.words_per_result
+        self.result[start : start + self.words_per_result] = sums
+        self.remaining -= 1
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+    def words(self) -> np.ndarray:
+        """The sums: lanes trimmed to the submitted length; indices chunk by chunk, untrimmed."""
+        return self.result[: self.length]
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    """One packet's worth of a reduction, and its transmission state; `packet` is its first DATA, priority 0."""
+
+    seq: int
+    reduction: Reduction
+    index: int
+    header: Header
+    packet: bytes
+    queued_at: float
+    first_sent: float = 0.0
+    last_sent: float = 0.0
+    retries: int = 0
+    deadline: float = 0.0
+    status: int | None = None
+
+
+def split(words: np.ndarray, per_chunk: int) -> list[bytes]:
+    """Zero-pad `words` to whole chunks and return each chunk's big-endian payload."""
+    chunks = -(-words.size // per_chunk)
+    padded = np.zeros(chunks * per_chunk, dtype=">u4")
+    padded[: words.size] = words
+    raw = padded.tobytes()
+    step = 4 * per_chunk
+    return [raw[i : i + step] for i in range(0, len(raw), step)]
+
+
+def result_length(words: int, chunks: int, per_chunk: int, index_bits: int, lane_bits: int) -> int:
+    """How many result words a reduction of `words` input words returns (see Reduction.words)."""
+    if index_bits == 0:
+        return words
+    return chunks * result_words(per_chunk, index_bits, lane_bits)

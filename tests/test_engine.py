@@ -1,0 +1,282 @@
+"""The worker engine: chunking, window, retransmission, delivery, failure (docs/protocol.md 3, 4, 8)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ina.net.node import Address, Datagram
+from ina.protocol import Flag, Header, Kind, parse, result_words
+from ina.sim import Faults, Link, Network
+from ina.transport.engine import Engine, EngineConfig
+from ina.transport.errors import TransportError
+from ina.transport.priority import FixedPriority
+
+SWITCH: Address = ("10.0.0.254", 47100)
+PS: Address = ("10.0.0.253", 47200)
+K = 4
+
+
+def config(**changes) -> EngineConfig:
+    base = dict(job=7, rank=1, workers=3, words=K, window=4, pool=16, slot_base=5,
+                destination=SWITCH, sources=frozenset({SWITCH, PS}),
+                min_rto=0.01, initial_rto=0.02, max_rto=0.1, peer_timeout=1.0)
+    return EngineConfig(**(base | changes))
+
+
+def result_for(data: Datagram, sums: np.ndarray, *, workers: int = 3, source: Address = SWITCH, **changes) -> Datagram:
+    """The RESULT a correct aggregator returns for one of our DATA packets."""
+    header, _ = parse(data.data, K)
+    result = header.with_(kind=Kind.RESULT, rank=0, priority=0, flags=header.flags & Flag.MAX,
+                          bitmap=(1 << workers) - 1, **changes)
+    return Datagram(result.pack(np.asarray(sums, dtype=np.uint32)), source)
+
+
+def headers(datagrams: list[Datagram]) -> list[Header]:
+    return [parse(d.data, K)[0] for d in datagrams]
+
+
+def test_chunks_carry_consecutive_seqs_slots_and_the_senders_bit():
+    engine = Engine(config(), FixedPriority(9))
+    engine.submit(np.arange(10, dtype=np.uint32), lane_bits=8, now=0.0)
+    assert engine.next_deadline() == 0.0
+    sent = engine.tick(0.0)
+    got = headers(sent)
+    assert [h.seq for h in got] == [0, 1, 2]
+    assert [h.slot for h in got] == [5, 6, 7]
+    assert all(h.kind == Kind.DATA and h.rank == 1 and h.bitmap == 2 and h.priority == 9 for h in got)
+    assert all(h.lane_bits == 8 and h.index_bits == 0 and not h.resend for h in got)
+    payload = np.concatenate([parse(d.data, K)[1] for d in sent])
+    assert payload.tolist() == list(range(10)) + [0, 0]  # zero-padded last chunk
+    assert all(d.addr == SWITCH for d in sent)
+
+
+def test_window_holds_back_chunk_seq_until_seq_minus_w_is_in():
+    engine = Engine(config(window=2))
+    engine.submit(np.zeros(5 * K, dtype=np.uint32), lane_bits=8, now=0.0)
+    first = engine.tick(0.0)
+    assert [h.seq for h in headers(first)] == [0, 1]
+    assert engine.receive([result_for(first[1], np.zeros(K))], 0.001) == []  # seq 0 still missing
+    more = engine.receive([result_for(first[0], np.zeros(K))], 0.002)
+    assert [h.seq for h in headers(more)] == [2, 3]
+
+
+def test_results_are_assembled_in_order_and_delivered_once():
+    engine = Engine(config(window=8))
+    a = engine.submit(np.ones(2 * K, dtype=np.uint32), lane_bits=8, now=0.0)
+    b = engine.submit(np.ones(K - 1, dtype=np.uint32), lane_bits=8, now=0.0)
+    sent = engine.tick(0.0)
+    sums = [np.full(K, 10 + i, dtype=np.uint32) for i in range(3)]
+    engine.receive([result_for(sent[2], sums[2])], 0.001)
+    assert engine.completed() == []  # b is done but a is not: order is kept
+    engine.receive([result_for(sent[0], sums[0]), result_for(sent[1], sums[1])], 0.002)
+    engine.receive([result_for(sent[1], sums[0] + 1)], 0.003)  # a late duplicate
+    done = engine.completed()
+    assert [h for h, _ in done] == [a, b]
+    assert done[0][1].tolist() == [10] * K + [11] * K
+    assert done[1][1].tolist() == [12] * (K - 1)
+    assert engine.counters["late"] == 1 and engine.counters["delivered"] == 3 and engine.idle
+
+
+def test_max_and_index_chunks_have_their_result_shapes():
+    engine = Engine(config(destination=PS, ps_only=True, window=8))
+    norm = np.array([np.float32(2.5).view(np.uint32)], dtype=np.uint32)
+    engine.submit(norm, op="max", lane_bits=32, now=0.0)
+    engine.submit(np.ones(K + 1, dtype=np.uint32), lane_bits=8, index_bits=4, now=0.0)
+    sent = engine.tick(0.0)
+    got = headers(sent)
+    assert got[0].is_max and got[0].lane_bits == 32 and all(h.slot == 0 for h in got)
+    assert [h.index_bits for h in got] == [0, 4, 4]
+    per_chunk = result_words(K, 4, 8)
+    engine.receive([result_for(sent[0], norm.tolist() + [0] * (K - 1), source=PS)], 0.001)
+    engine.receive([result_for(d, np.full(per_chunk, 3), source=PS) for d in sent[1:]], 0.001)
+    (_, mx), (_, indices) = engine.completed()
+    assert mx.view(np.float32).tolist() == [2.5]
+    assert indices.tolist() == [3] * (2 * per_chunk)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(lane_bits=16),            # not the chunk's lane width
+    dict(flags=Flag.MAX),          # not the chunk's operation
+    dict(bitmap=0b011),            # not every worker
+    dict(job=8),                   # another job
+    dict(kind=Kind.PARTIAL),       # not for workers
+])
+def test_mismatching_results_are_dropped_and_counted(bad):
+    engine = Engine(config())
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    (data,) = engine.tick(0.0)
+    header, _ = parse(data.data, K)
+    words = result_words(K, 0, bad.get("lane_bits", 8))
+    forged = header.with_(kind=Kind.RESULT, rank=0, bitmap=0b111, flags=Flag.NONE).with_(**bad)
+    engine.receive([Datagram(forged.pack(np.ones(words, dtype=np.uint32)), SWITCH)], 0.001)
+    assert engine.completed() == [] and engine.counters["unexpected"] == 1
+
+
+def test_foreign_malformed_and_unknown_packets_change_nothing():
+    engine = Engine(config())
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    (data,) = engine.tick(0.0)
+    good = result_for(data, np.full(K, 3))
+    engine.receive([
+        Datagram(good.data, ("6.6.6.6", 47100)),             # right bytes, wrong source
+        Datagram(good.data[:-1], SWITCH),                     # truncated
+        Datagram(b"\xa8" + good.data[1:], SWITCH),            # bad magic
+        Datagram(Header(Kind.RESULT, 7, seq=1000, lane_bits=8, bitmap=7).pack(np.zeros(K, np.uint32)), SWITCH),
+    ], 0.001)
+    assert engine.counters["foreign"] == 1 and engine.counters["malformed"] == 2 and engine.counters["late"] == 1
+    assert engine.completed() == []
+    engine.receive([good], 0.002)
+    assert engine.completed()[0][1].tolist() == [3] * K
+
+
+def test_timeouts_resend_with_the_flag_and_back_off_exponentially():
+    engine = Engine(config(min_rto=0.01, initial_rto=0.01, max_rto=0.04))
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    engine.tick(0.0)
+    times = []
+    while (due := engine.next_deadline()) is not None and due < 0.2:
+        (resent,) = engine.tick(due)
+        assert headers([resent])[0].resend
+        times.append(due)
+    assert times == pytest.approx([0.01, 0.03, 0.07, 0.11, 0.15, 0.19])  # 10, 20, 40 ms, then capped
+    assert engine.counters["resent"] == 6
+
+
+def test_rtt_samples_follow_karns_rule():
+    engine = Engine(config(window=8, min_rto=0.001, initial_rto=0.05, max_rto=0.5))
+    engine.submit(np.ones(2 * K, dtype=np.uint32), lane_bits=8, now=0.0)
+    first, second = engine.tick(0.0)
+    engine.receive([result_for(first, np.zeros(K))], 0.004)
+    assert engine.rtt.srtt == pytest.approx(0.004)
+    assert engine.rtt.rto == pytest.approx(0.004 + 4 * 0.002)
+    engine.tick(engine.next_deadline())  # second chunk resent
+    engine.receive([result_for(second, np.zeros(K))], 0.2)
+    assert engine.rtt.srtt == pytest.approx(0.004)  # a resent chunk's RTT is ambiguous: not sampled
+
+
+def test_sequence_numbers_wrap_at_32_bits():
+    engine = Engine(config(first_seq=2**32 - 2, window=4))
+    engine.submit(np.ones(4 * K, dtype=np.uint32), lane_bits=8, now=0.0)
+    sent = engine.tick(0.0)
+    got = headers(sent)
+    assert [h.seq for h in got] == [2**32 - 2, 2**32 - 1, 0, 1]
+    assert [h.slot for h in got] == [(5 + s) % 16 for s in (2**32 - 2, 2**32 - 1, 2**32, 2**32 + 1)]
+    engine.receive([result_for(d, np.full(K, i)) for i, d in enumerate(reversed(sent))], 0.001)
+    assert engine.completed()[0][1].tolist() == [3] * K + [2] * K + [1] * K + [0] * K
+
+
+def test_a_silent_peer_fails_the_engine_within_peer_timeout_naming_what_is_missing():
+    engine = Engine(config(peer_timeout=0.5))
+    engine.submit(np.ones(2 * K, dtype=np.uint32), lane_bits=8, now=0.0)
+    first, second = engine.tick(0.0)
+    status = Header(Kind.STATUS, 7, seq=0, bitmap=0b010)
+    engine.receive([Datagram(status.pack(), PS)], 0.05)
+    now = 0.0
+    while engine.error is None:
+        now = engine.next_deadline()
+        engine.tick(now)
+    assert now == pytest.approx(0.5)
+    message = str(engine.error)
+    assert isinstance(engine.error, RuntimeError)
+    assert "job 7" in message and "chunk 0" in message and "switch at 10.0.0.254:47100" in message
+    assert "ranks [0, 2]" in message
+    assert engine.next_deadline() is None and engine.tick(1.0) == []
+    with pytest.raises(TransportError):
+        engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=1.0)
+
+
+def test_a_peer_timeout_without_status_says_the_ps_did_not_answer_either():
+    engine = Engine(config(destination=PS, ps_only=True, peer_timeout=0.3))
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    engine.tick(0.0)
+    while engine.error is None:
+        engine.tick(engine.next_deadline())
+    assert "PS at 10.0.0.253:47200" in str(engine.error) and "no STATUS" in str(engine.error)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(words=np.ones(3, dtype=np.int64)),
+    dict(words=np.ones(0, dtype=np.uint32)),
+    dict(op="min"),
+    dict(op="max", lane_bits=8),
+    dict(lane_bits=12),
+    dict(index_bits=4),  # indices need PS-only mode
+])
+def test_submit_rejects_what_the_protocol_cannot_carry(bad):
+    args = dict(words=np.ones(3, dtype=np.uint32), op="sum", lane_bits=8) | bad
+    with pytest.raises(ValueError):
+        Engine(config()).submit(args.pop("words"), **args, now=0.0)
+
+
+class Aggregator:
+    """An ideal aggregator for engine tests: sums each chunk once all workers sent it, remembers results."""
+
+    def __init__(self, workers: list[Address]) -> None:
+        self.workers = workers
+        self.pending: dict[int, dict[int, np.ndarray]] = {}
+        self.results: dict[int, bytes] = {}
+
+    def receive(self, datagrams, now):
+        out = []
+        for d in datagrams:
+            header, payload = parse(d.data, K)
+            if header.seq in self.results:
+                if header.resend:
+                    out.append(Datagram(self.results[header.seq], d.addr))
+                continue
+            pieces = self.pending.setdefault(header.seq, {})
+            pieces[header.rank] = payload.astype(np.uint32)
+            if len(pieces) == len(self.workers):
+                total = np.sum(list(pieces.values()), axis=0, dtype=np.uint32)
+                result = header.with_(kind=Kind.RESULT, rank=0, priority=0, flags=header.flags & Flag.MAX,
+                                      bitmap=(1 << len(self.workers)) - 1)
+                self.results[header.seq] = result.pack(total)
+                out += [Datagram(self.results[header.seq], w) for w in self.workers]
+        return out
+
+    def tick(self, now):
+        return []
+
+    def next_deadline(self):
+        return None
+
+
+@pytest.mark.parametrize("drop", [0.0, 0.05, 0.3])
+def test_workers_through_a_lossy_network_get_exact_sums(drop):
+    n, rng = 4, np.random.default_rng(1)
+    addrs = [(f"10.0.1.{r}", 5000) for r in range(n)]
+    net = Network(seed=11)
+    net.attach(SWITCH, Aggregator(addrs), Link(latency=1e-5))
+    inputs = rng.integers(0, 50, size=(n, 3, 37), dtype=np.uint32)
+    engines = []
+    for rank, addr in enumerate(addrs):
+        engine = Engine(config(rank=rank, workers=n, window=3, sources=frozenset({SWITCH}), min_rto=0.001,
+                               initial_rto=0.001, peer_timeout=5.0))
+        engines.append(engine)
+        net.attach(addr, engine, Link(bandwidth=1e7, latency=1e-4, faults=Faults(drop=drop, duplicate=0.05, reorder=0.1)))
+        for reduction in inputs[rank]:
+            net.invoke(addr, lambda now, e=engine, w=reduction: e.submit(w, lane_bits=8, now=now) and None)
+    done: list[list] = [[] for _ in engines]
+
+    def finished() -> bool:
+        for got, engine in zip(done, engines):
+            got += engine.completed()
+        return all(len(got) == 3 for got in done)
+
+    assert net.run_until(finished, timeout=5.0)
+    expected = inputs.sum(axis=0, dtype=np.uint32)
+    for got in done:
+        assert [h for h, _ in got] == [0, 1, 2]
+        for (_, words), want in zip(got, expected):
+            assert np.array_equal(words, want)
+
+
+def test_a_full_status_means_the_result_itself_was_lost():
+    engine = Engine(config(peer_timeout=0.3))
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    engine.tick(0.0)
+    engine.receive([Datagram(Header(Kind.STATUS, 7, seq=0, bitmap=0b111).pack(), PS)], 0.1)
+    while engine.error is None:
+        engine.tick(engine.next_deadline())
+    assert "every rank contributed" in str(engine.error) and "were lost" in str(engine.error)

@@ -1,0 +1,70 @@
+"""End-host priority policies (docs/protocol.md, section 9)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ina.net.node import Datagram
+from ina.protocol import Kind, parse
+from ina.transport.engine import Engine, EngineConfig
+from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
+
+
+def steady(policy: IntensityPriority, nbytes: int, period: float, until: float) -> None:
+    t = 0.0
+    while t <= until:
+        policy.observe(nbytes, t)
+        t += period
+
+
+def test_both_policies_satisfy_the_protocol():
+    assert isinstance(FixedPriority(3), PriorityPolicy)
+    assert isinstance(IntensityPriority(), PriorityPolicy)
+
+
+def test_fixed_priority_is_fixed_and_bounded():
+    policy = FixedPriority(42)
+    policy.observe(10**9, 0.0)
+    assert policy.priority(0.0, 100.0) == 42
+    with pytest.raises(ValueError):
+        FixedPriority(256)
+
+
+def test_rate_estimate_converges_to_the_jobs_bytes_per_second():
+    policy = IntensityPriority(time_constant=1.0)
+    steady(policy, nbytes=1000, period=0.01, until=10.0)
+    assert policy.rate(10.0) == pytest.approx(100_000, rel=0.01)
+    assert policy.rate(12.0) == pytest.approx(100_000 * math.exp(-2), rel=0.01)  # forgets an idle job
+
+
+def test_communication_intensive_jobs_rank_higher():
+    light, heavy = IntensityPriority(), IntensityPriority()
+    steady(light, nbytes=10_000, period=0.1, until=10.0)      # 100 kB/s
+    steady(heavy, nbytes=1_000_000, period=0.1, until=10.0)   # 10 MB/s
+    assert heavy.base(10.0) > light.base(10.0) > 0
+    # log scale: a 100x faster job is log2 levels_per_doubling apart, not saturated
+    assert heavy.base(10.0) < 255
+    assert IntensityPriority().base(0.0) == 0
+
+
+def test_waiting_chunks_age_one_level_per_step_up_to_the_cap():
+    policy = IntensityPriority(age_step=0.01)
+    assert [policy.priority(1.0, 1.0 + w) for w in (0.0, 0.0099, 0.01, 0.05)] == [0, 0, 1, 5]
+    assert policy.priority(0.0, 1000.0) == 255
+
+
+def test_the_engine_writes_the_policys_answer_at_send_time():
+    policy = IntensityPriority(age_step=0.01, reference_rate=1.0, levels_per_doubling=1.0, time_constant=1.0)
+    config = EngineConfig(job=1, rank=0, workers=1, words=4, window=1, pool=4, destination=("s", 1),
+                          sources=frozenset({("s", 1)}), min_rto=0.5, initial_rto=0.5, max_rto=0.5)
+    engine = Engine(config, policy)
+    engine.submit(np.ones(8, dtype=np.uint32), lane_bits=8, now=0.0)  # 32 bytes: rate 32 B/s, base 5
+    (first,) = engine.tick(0.0)
+    first_header, payload = parse(first.data, 4)
+    assert first_header.priority == int(math.log2(33))
+    result = first_header.with_(kind=Kind.RESULT, rank=0, priority=0, bitmap=1)
+    (second,) = engine.receive([Datagram(result.pack(payload), ("s", 1))], 0.03)
+    assert parse(second.data, 4)[0].priority == policy.base(0.03) + 3  # waited 30 ms in the queue
