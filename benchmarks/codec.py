@@ -2,6 +2,7 @@
 
     python -m benchmarks.codec                      # both tables, about a minute on 2 cores
     python -m benchmarks.codec --sizes 20 --repeats 3 --skip-nmse
+    python -m benchmarks.codec --device cuda --skip-nmse   # the CUDA path against a device clone
     INA_COMPRESSION_NATIVE=0 python -m benchmarks.codec --sizes 20   # the pure-torch path
 
 Throughput is GB/s of fp32 input (4 bytes per element), best of ``--repeats``; encode is the
@@ -34,29 +35,35 @@ Scheme = Callable[[Sequence[torch.Tensor], int], torch.Tensor]  # (worker vector
 THC_CLIP = {2: 1 / 4, 3: 1 / 16, 4: 1 / 32, 8: 1e-4}
 
 
-def best_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+def best_times(runs: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
     """Least wall time of each run over ``repeats`` rounds (after a warm-up round).
 
     The runs take turns within each round, so a burst of load from elsewhere on the machine
-    slows all of them rather than skewing their ratios.
+    slows all of them rather than skewing their ratios. On a GPU each run is synchronized.
     """
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     best = {name: math.inf for name in runs}
     for round_ in range(repeats + 1):
         for name, run in runs.items():
+            sync()
             start = time.perf_counter()
             run()
+            sync()
             if round_:
                 best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 
-def throughput(sizes: Sequence[int], repeats: int) -> None:
+def throughput(sizes: Sequence[int], repeats: int, device: torch.device) -> None:
     codec = THCCodec(THCConfig())
-    backend = "native C kernels" if native_available() else "pure torch"
-    print(f"\nThroughput ({backend}, {torch.get_num_threads()} threads; GB/s of fp32 input, ratio to clone)")
+    if device.type == "cuda":
+        backend = f"torch on {torch.cuda.get_device_name(device)}"
+    else:
+        backend = ("native C kernels" if native_available() else "pure torch") + f", {torch.get_num_threads()} threads"
+    print(f"\nThroughput ({backend}; GB/s of fp32 input, ratio to clone)")
     print(f"{'elements':>10} {'clone':>8} {'encode':>16} {'table_values':>16} {'decode':>16}")
     for n in sizes:
-        x = torch.randn(n)
+        x = torch.randn(n, device=device)
 
         def encode() -> torch.Tensor:  # as a worker does: its norm (an all-reduce MAX goes here), then encode
             return codec.encode(x, x.norm(), round=0, bucket=0, worker=0)
@@ -72,6 +79,7 @@ def throughput(sizes: Sequence[int], repeats: int) -> None:
                 "decode": lambda: codec.decode(values, 1, norm, round=0, bucket=0, length=n),
             },
             repeats,
+            device,
         )
         rate = {name: 4 * n / s / 1e9 for name, s in seconds.items()}
         cells = [f"{rate[k]:7.2f} ({seconds['clone'] / seconds[k]:.2f}x)" for k in ("encode", "table_values", "decode")]
@@ -180,9 +188,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bits", type=int, nargs="+", default=[2, 3, 4, 8])
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-nmse", action="store_true")
+    parser.add_argument("--device", default="cpu", help="where the throughput table runs (cpu, cuda)")
     args = parser.parse_args(argv)
     if not args.skip_throughput:
-        throughput([2**s for s in args.sizes], args.repeats)
+        throughput([2**s for s in args.sizes], args.repeats, torch.device(args.device))
     if not args.skip_nmse:
         gaussian = nmse_table("Gaussian vectors", gaussian_vectors, 2**args.nmse_size, args.workers, args.bits,
                               args.trials)  # fmt: skip
