@@ -93,6 +93,11 @@ class Engine:
     Drive it as a `Node`; `submit` queues a reduction and makes `next_deadline()` due so
     the driver's `tick` sends it. Collect results with `completed()`; a peer that stays
     silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
+    It keeps its newest 2W results to answer its PS's FETCH (the PS lost a result another
+    worker needs). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
+    foreign (not from the switch or PS), malformed, unexpected (wrong job, kind, format,
+    or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
+    for a result not kept); failed.
     Not thread-safe: a transport that submits from the training thread while a runner
     thread feeds packets must serialize the calls and wake the runner after `submit`.
     """
