@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ina.protocol import pack_fields, result_words
+from ina.net.node import Address, Datagram
+from ina.protocol import Kind, MalformedPacket, pack_fields, parse, result_words
 from ina.protocol.packing import fields_per_word
 from ina.sim.cluster import Cluster
 from ina.transport.errors import TransportError
@@ -90,3 +91,22 @@ def assert_exact(got: dict[tuple[int, int], list[np.ndarray]], plan: dict[int, l
     for (job, rank), results in got.items():
         for number, (result, reduction) in enumerate(zip(results, plan[job])):
             assert np.array_equal(result, reduction.expected), f"job {job} rank {rank} reduction {number}"
+
+
+def lose_first(cluster: Cluster, kind: Kind, job: int, seq: int, source: Address, destination: Address, copies: int = 1) -> None:
+    """Lose the first `copies` packets of `kind` for chunk `seq` of `job` sent from `source` to `destination`."""
+    left = [copies]
+
+    def rule(datagram: Datagram, sender: Address) -> bool:
+        if not left[0] or sender != source or datagram.addr != destination:
+            return False
+        try:
+            header, _ = parse(datagram.data, cluster.words)
+        except MalformedPacket:
+            return False
+        if (header.kind, header.job, header.seq) != (kind, job, seq):
+            return False
+        left[0] -= 1
+        return True
+
+    cluster.net.drop_when(rule)

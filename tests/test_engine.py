@@ -279,4 +279,88 @@ def test_a_full_status_means_the_result_itself_was_lost():
     engine.receive([Datagram(Header(Kind.STATUS, 7, seq=0, bitmap=0b111).pack(), PS)], 0.1)
     while engine.error is None:
         engine.tick(engine.next_deadline())
-    assert "every rank contributed" in str(engine.error) and "were lost" in str(engine.error)
+    message = str(engine.error)
+    assert "every rank contributed" in message and "the result was lost" in message and "FETCH" in message
+    assert "no STATUS" not in message and "down" not in message
+
+
+def fetch(seq: int, *, job: int = 7, **fields) -> bytes:
+    """A FETCH as the PS sends it: the chunk's job, seq, format and slot, bitmap 0, no payload."""
+    return Header(Kind.FETCH, job, seq, **({"slot": (5 + seq) % 16, "lane_bits": 8} | fields)).pack()
+
+
+def run_chunks(engine: Engine, chunks: int, now: float = 0.0) -> list[Datagram]:
+    """Submit `chunks` chunks and answer each with the RESULT (sums seq + 100) as it goes out; the RESULTs."""
+    engine.submit(np.zeros(chunks * K, dtype=np.uint32), lane_bits=8, now=now)
+    results, sent = [], engine.tick(now)
+    while sent:
+        replies = [result_for(d, np.full(K, parse(d.data, K)[0].seq + 100)) for d in sent]
+        results += replies
+        sent = engine.receive(replies, now)
+    assert engine.idle
+    return results
+
+
+def test_a_fetch_from_the_ps_is_answered_with_the_result_as_received():
+    engine = Engine(config(window=2))
+    results = run_chunks(engine, 3)
+    out = engine.receive([Datagram(fetch(1), PS)], 0.01)
+    assert out == [Datagram(results[1].data, PS)]
+    assert engine.counters["fetch_answered"] == 1 and engine.counters["delivered"] == 3
+
+
+def test_a_fetch_for_a_chunk_not_held_is_counted_and_not_answered():
+    engine = Engine(config(window=2))
+    engine.submit(np.zeros(3 * K, dtype=np.uint32), lane_bits=8, now=0.0)
+    first, second = engine.tick(0.0)
+    assert len(engine.receive([result_for(first, np.zeros(K))], 0.001)) == 1  # seq 2 goes out
+    # seqs 1 and 2 are outstanding (we lack their results too), seq 9 never existed
+    assert engine.receive([Datagram(fetch(s), PS) for s in (1, 2, 9)], 0.002) == []
+    assert engine.counters["fetch_missing"] == 3 and engine.counters["fetch_answered"] == 0
+
+
+def test_only_the_newest_2w_results_are_kept():
+    window = 3
+    engine = Engine(config(window=window))
+    results = run_chunks(engine, 4 * window + 1)
+    out = engine.receive([Datagram(fetch(s), PS) for s in range(4 * window + 1)], 1.0)
+    assert out == [Datagram(r.data, PS) for r in results[-2 * window:]]
+    assert engine.counters["fetch_missing"] == 2 * window + 1
+
+
+def test_fetches_name_chunks_by_their_wire_seq_across_the_wrap():
+    engine = Engine(config(window=2, first_seq=2**32 - 2))
+    results = run_chunks(engine, 4)
+    out = engine.receive([Datagram(fetch(s), PS) for s in (2**32 - 2, 2**32 - 1, 0, 1, 2)], 1.0)
+    assert out == [Datagram(r.data, PS) for r in results]
+    assert engine.counters["fetch_missing"] == 1
+
+
+def test_a_fetch_from_anyone_but_the_jobs_ps_is_dropped_and_counted():
+    engine = Engine(config(window=2))
+    run_chunks(engine, 1)
+    out = engine.receive([
+        Datagram(fetch(0), SWITCH),                  # a result source, but not the PS
+        Datagram(fetch(0), ("6.6.6.6", 47200)),      # nobody
+        Datagram(fetch(0, job=8), PS),               # another job's chunk
+        Datagram(fetch(0)[:-1], PS),                 # truncated
+    ], 0.01)
+    assert out == []
+    assert engine.counters["unexpected"] == 2 and engine.counters["foreign"] == 1 and engine.counters["malformed"] == 1
+
+
+def test_in_ps_only_mode_the_ps_is_the_destination():
+    engine = Engine(config(destination=PS, sources=frozenset({PS}), ps_only=True, window=2))
+    engine.submit(np.zeros(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    (data,) = engine.tick(0.0)
+    result = result_for(data, np.ones(K), source=PS)
+    engine.receive([result], 0.001)
+    assert engine.receive([Datagram(fetch(0, slot=0), PS)], 0.002) == [Datagram(result.data, PS)]
+
+
+def test_the_config_names_its_ps_from_the_result_sources():
+    assert config().ps == PS
+    assert config(destination=PS, ps_only=True).ps == PS
+    assert config(sources=frozenset({SWITCH})).ps is None
+    with pytest.raises(ValueError, match="at most one other address"):
+        config(sources=frozenset({SWITCH, PS, ("10.0.0.9", 1)}))

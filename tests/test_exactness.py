@@ -1,9 +1,10 @@
 """End to end: worker engines, the software switch and the PS in the simulator deliver, to every
 worker, exactly the sums a collective all_reduce gives, whatever the path and the faults.
 
-Faults are on the workers' links, both ways (DATA, RESULTs, STATUS). The switch-PS link is
-lossless: a lost RESULT copy together with a lost worker RESULT stops a job, a known gap of
-the protocol (docs/ps.md, "Spec notes" 1), not something a worker can repair.
+Faults are on every link, both ways: the workers', the PS's and the switch's, so DATA,
+RESULTs and their copies to the PS, PARTIALs, FLUSHes, STATUS and FETCH are all dropped,
+duplicated and reordered. A RESULT lost by a worker and by the PS is fetched from another
+worker (tests/test_exactness_fetch.py makes that case exact).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ K = 8
 
 def cluster(*, policy: str = "esa", pool: int = 4, drop: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0,
             seed: int = 0, switch: bool = True, peer_timeout: float = 1.0) -> Cluster:
-    """100 MB/s links of 10 us; the switch and the PS take what arrives within 20 us as one batch."""
+    """100 MB/s links of 10 us, every one with the same faults; the switch and the PS take what
+    arrives within 20 us as one batch."""
     faults = Faults(drop=drop, duplicate=duplicate, reorder=reorder, max_delay=5e-5)
     return Cluster(
         words=K, pool=pool, policy=policy, seed=seed, switch=switch,
         workers=Hosts(Link(bandwidth=1e8, latency=1e-5, faults=faults)),
-        ps_host=Hosts(Link(bandwidth=1e8, latency=1e-5), coalesce=2e-5),
-        switch_host=Hosts(coalesce=2e-5),
+        ps_host=Hosts(Link(bandwidth=1e8, latency=1e-5, faults=faults), coalesce=2e-5),
+        switch_host=Hosts(Link(faults=faults), coalesce=2e-5),
         engine=dict(min_rto=2e-4, initial_rto=5e-4, max_rto=5e-3, peer_timeout=peer_timeout),
         ps_options=dict(flush_delay=5e-4),
     )

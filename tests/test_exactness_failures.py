@@ -97,6 +97,7 @@ def test_forged_and_malformed_packets_mid_run_change_nothing():
     victim = net.address(0, 0)
     forged_result = Header(Kind.RESULT, 1, seq=0, lane_bits=8, bitmap=0b111).pack(np.full(K, 0xFF, np.uint32))
     forged_data = Header(Kind.DATA, 1, seq=1, rank=1, slot=1, lane_bits=8, bitmap=0b10).pack(np.full(K, 7, np.uint32))
+    unasked = Header(Kind.RESULT, 1, seq=2**31, lane_bits=8, bitmap=0b111).pack(np.full(K, 0xFF, np.uint32))
     for step in range(40):
         at = step * 2e-5
         garbage = rng.integers(0, 256, size=int(rng.integers(0, 60)), dtype=np.uint8).tobytes()
@@ -105,13 +106,15 @@ def test_forged_and_malformed_packets_mid_run_change_nothing():
         net.net.inject(Datagram(forged_result, victim), source=stranger, at=at)            # RESULT from nobody
         net.net.inject(Datagram(forged_data, SWITCH_ADDR), source=stranger, at=at)        # DATA from an unregistered host
         net.net.inject(Datagram(Header(Kind.FLUSH, 1, seq=step).pack(), SWITCH_ADDR), source=stranger, at=at)
-        net.net.inject(Datagram(forged_result, PS_ADDR), source=victim, at=at)             # RESULT not from the switch
+        net.net.inject(Datagram(forged_result, PS_ADDR), source=stranger, at=at)           # RESULT from nobody
+        net.net.inject(Datagram(unasked, PS_ADDR), source=victim, at=at)                   # a worker's, for no FETCH
     assert_exact(collect(net, plan, timeout=5.0), plan)
     net.net.run(until=1e-3)  # deliver what is left of the injections
     engine = net.jobs[1][0]
+    # Every link drops 1 %: of each 40 injections a few may never arrive.
     assert engine.counters["foreign"] >= 40 and engine.counters["malformed"] > 0
-    assert net.switch_core.counters()["unregistered"] >= 80 and net.switch_core.counters()["malformed"] > 0
-    assert net.ps.counters()["unregistered"] >= 40
+    assert net.switch_core.counters()["unregistered"] >= 72 and net.switch_core.counters()["malformed"] > 0
+    assert net.ps.counters()["unregistered"] >= 36 and net.ps.counters()["unsolicited"] >= 36
 
 
 def test_a_chunk_of_another_jobs_operation_is_not_taken_as_a_result():

@@ -89,7 +89,7 @@ def test_a_worker_in_two_pieces_is_counted_once():
     # Worker 0's resend reached the PS, and then a flushed partial that also holds it.
     out = send(ps, (data(0, 1, CONTRIB[0], flags=Flag.RESEND), SWITCH), (partial(0b0011, 1, CONTRIB[0] + CONTRIB[1]), SWITCH),
                (data(2, 1, CONTRIB[2]), SWITCH))
-    assert [h.kind for h, _, _ in out] == [Kind.STATUS]
+    assert [h.kind for h, _, _ in out] == [Kind.FETCH] * 3 + [Kind.STATUS]
     out = send(ps, (data(3, 1, CONTRIB[3]), SWITCH))
     assert len(out) == 4 and all(payload == TOTAL for _, payload, _ in out)
 
@@ -114,10 +114,10 @@ def test_results_are_replayed_to_the_registered_address_of_a_resending_worker():
 
 
 def test_a_resend_of_an_incomplete_chunk_gets_a_status_of_the_workers_held():
-    ps = make_ps()
-    assert send(ps, (data(0, 5, CONTRIB[0]), SWITCH)) == []
+    ps = make_ps(make_spec(switch=False))
+    assert send(ps, (data(0, 5, CONTRIB[0]), WORKERS[0])) == []
     for _ in range(2):  # the second is a duplicate: not added again, but answered
-        ((header, payload, addr),) = send(ps, (data(2, 5, CONTRIB[2], flags=Flag.RESEND), SWITCH))
+        ((header, payload, addr),) = send(ps, (data(2, 5, CONTRIB[2], flags=Flag.RESEND), WORKERS[2]))
         assert (header.kind, header.seq, header.bitmap, header.slot, payload, addr) == (Kind.STATUS, 5, 0b0101, 8, [], WORKERS[2])
     counts = ps.counters()
     assert counts["status_sent"] == 2 and counts["duplicate"] == 1 and counts["pieces"] == 2
@@ -186,7 +186,7 @@ def test_chunks_the_window_proves_complete_are_retired_instead_of_flushed():
     assert out == [] and ps.counters()["retired"] == 1
     assert send(ps, (data(3, 0, CONTRIB[3]), SWITCH), (partial(0b0111, 0, TOTAL), SWITCH)) == []
     # A resend of it means its RESULT reached neither worker 3 nor the PS: a full STATUS says so.
-    ((header, _, addr),) = send(ps, (data(3, 0, CONTRIB[3], flags=Flag.RESEND), SWITCH))
+    *_, (header, _, addr) = send(ps, (data(3, 0, CONTRIB[3], flags=Flag.RESEND), SWITCH))
     assert (header.kind, header.seq, header.bitmap, addr) == (Kind.STATUS, 0, 0b1111, WORKERS[3])
     assert ps.counters()["stale"] == 3 and ps.jobs()[0]["pending"] == 1
 
@@ -199,7 +199,8 @@ def test_sources_kinds_and_formats_are_checked():
         (data(2, 0, CONTRIB[2]), SWITCH, "unregistered"),  # rank >= n
         (data(0, 0, CONTRIB[0], job=99), WORKERS[0], "unregistered"),
         (partial(0b01, 0, CONTRIB[0]), WORKERS[0], "unregistered"),
-        (result(0, CONTRIB[0], bitmap=0b11), WORKERS[0], "unregistered"),
+        (result(0, CONTRIB[0], bitmap=0b11), STRANGER, "unregistered"),
+        (result(0, CONTRIB[0], bitmap=0b11), WORKERS[0], "unsolicited"),  # a worker's, for no FETCH
         (partial(0b100, 0, CONTRIB[0]), SWITCH, "bad_bitmap"),
         (partial(0, 0, CONTRIB[0]), SWITCH, "bad_bitmap"),
         (result(0, CONTRIB[0], bitmap=0b01), SWITCH, "bad_bitmap"),

@@ -179,6 +179,25 @@ def test_dead_hosts_unknown_addresses_and_forged_sources():
     assert net.counters == {"to_dead_host": 1, "unroutable": 2}  # C, and the echo to the forger
 
 
+def test_rules_lose_exactly_the_packets_they_match_once_per_send():
+    net = Network()
+    net.attach(A, Sink())
+    net.attach(B, Echo(), Link(faults=Faults(duplicate=1.0)))
+    seen = []
+
+    def rule(datagram, source):
+        seen.append((datagram.data, source, datagram.addr))
+        return datagram.data == b"lose" and source == A
+
+    net.drop_when(rule)
+    send(net, A, B, [b"keep", b"lose"])
+    net.run(until=1.0)
+    assert [d for _, d in net.node(B).seen] == [b"keep"] * 2  # B's link duplicates what reaches it
+    assert [d for _, d in net.node(A).seen] == [b"keep"] * 4  # both copies, echoed and duplicated again
+    assert seen[:2] == [(b"keep", A, B), (b"lose", A, B)] and len(seen) == 4
+    assert net.counters == {"dropped_by_rule": 1}
+
+
 def test_coalescing_hands_over_what_arrives_within_the_window_as_one_batch():
     class Batches(Sink):
         def __init__(self) -> None:

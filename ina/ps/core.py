@@ -19,7 +19,7 @@ from ina.control import JobSpec
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.ps.batch import Fields, decode
-from ina.ps.job import Chunk, ChunkFormat, JobState
+from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
 
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
 _RESEND = int(Flag.RESEND)
@@ -30,9 +30,10 @@ FLUSH_CAP = 1.0
 COUNTERS = (
     "rx", "tx", "rx_data", "rx_partial", "rx_result",
     "pieces", "completed", "results_replayed", "result_copies", "status_sent", "flush_sent",
+    "fetch_sent", "fetched",
     # drops, by reason
     "malformed", "unexpected", "unregistered", "bad_format", "bad_bitmap", "mismatch",
-    "duplicate", "late", "stale", "overloaded", "expired", "retired", "superseded",
+    "duplicate", "late", "stale", "unsolicited", "overloaded", "expired", "retired", "superseded",
 )  # fmt: skip
 
 
@@ -132,7 +133,8 @@ class ParameterServer:
 
     def jobs(self) -> list[dict[str, Any]]:
         return [
-            {**state.spec.to_json(), "pending": len(state.pending), "results": len(state.ring), "ring": state.ring.capacity}
+            {**state.spec.to_json(), "pending": len(state.pending), "results": len(state.ring), "ring": state.ring.capacity,
+             "fetching": len(state.fetches)}
             for state in self._jobs.values()
         ]
 
@@ -174,7 +176,7 @@ class ParameterServer:
             self._on_partial(job, f, datagram, now, out)
         else:
             self._counts["rx_result"] += 1
-            self._on_result(job, f, datagram)
+            self._on_result(job, f, datagram, out)
 
     def _on_data(self, job: JobState, f: Fields, datagram: Datagram, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
         if not job.sent_by(f.rank, datagram.addr):
@@ -194,13 +196,18 @@ class ParameterServer:
             return
         if job.proven_complete(f.seq):
             # Completed at the switch, but its RESULT reached neither this worker nor the PS:
-            # a full STATUS tells the worker so (docs/ps.md, "Lost results").
+            # another worker holds it, and a full STATUS says every rank contributed.
             self._counts["stale"] += 1
             if f.flags & _RESEND:
+                self._fetch(job, f, now, out)
                 self._status(job, f, job.full, out)
             return
         chunk = self._add_piece(job, f, f.bitmap, lanes if lanes is not None else _payload(datagram), now, out)
         if chunk is not None and f.flags & _RESEND:
+            if job.switch is not None:
+                # It may have completed at the switch with this worker's RESULT and the PS's copy
+                # lost, and (its last chunks) no later chunk ever lets the window prove it.
+                self._fetch(job, f, now, out)
             self._status(job, f, chunk.pieces.held, out)
 
     def _status(self, job: JobState, f: Fields, bitmap: int, out: list[Datagram]) -> None:
@@ -225,21 +232,67 @@ class ParameterServer:
             else:
                 self._add_piece(job, f, f.bitmap, _payload(datagram), now, out)
 
-    def _on_result(self, job: JobState, f: Fields, datagram: Datagram) -> None:
-        if datagram.addr != job.switch:
+    def _on_result(self, job: JobState, f: Fields, datagram: Datagram, out: list[Datagram]) -> None:
+        """A RESULT copy from the switch, or a worker's answer to a FETCH."""
+        if datagram.addr == job.switch:
+            if f.bitmap != job.full:
+                self._counts["bad_bitmap"] += 1
+                return
+            job.observe(f.seq)
+            if not self._store(job, f, datagram, out):
+                self._counts["duplicate"] += 1
+                return
+            self._counts["result_copies"] += 1
+        elif datagram.addr in job.workers:
+            fetch = job.fetches.get(f.seq)
+            if fetch is None:  # never asked for, or another worker answered first
+                self._counts["unsolicited"] += 1
+            elif f.bitmap != job.full:
+                self._counts["bad_bitmap"] += 1
+            elif ChunkFormat.of(f) != fetch.format:
+                self._counts["mismatch"] += 1
+            else:
+                self._store(job, f, datagram, out)
+                self._counts["fetched"] += 1
+        else:
             self._counts["unregistered"] += 1
-            return
-        if f.bitmap != job.full:
-            self._counts["bad_bitmap"] += 1
-            return
-        job.observe(f.seq)
-        if not job.ring.put(f.seq, bool(f.flags & _MAX), bytes(datagram.data)):
-            self._counts["duplicate"] += 1
-            return
-        self._counts["result_copies"] += 1
+
+    def _store(self, job: JobState, f: Fields, datagram: Datagram, out: list[Datagram]) -> bool:
+        """Keep a RESULT received (as received), drop the chunk's pieces and answer the workers that
+        asked for it; False if it is stored already."""
+        packet = bytes(datagram.data)
+        if not job.ring.put(f.seq, bool(f.flags & _MAX), packet):
+            return False
         chunk = job.pending.get(f.seq)
         if chunk is not None:
             self._drop(job, chunk, "superseded")
+        fetch = job.fetches.pop(f.seq, None)
+        if fetch is not None:
+            out.extend(Datagram(packet, w) for rank, w in enumerate(job.workers) if fetch.requesters >> rank & 1)
+            self._counts["results_replayed"] += fetch.requesters.bit_count()
+        return True
+
+    def _fetch(self, job: JobState, f: Fields, now: float, out: list[Datagram]) -> None:
+        """A worker resent a chunk whose result the PS lacks: remember it, and ask the job's other
+        workers (each keeps its newest 2W results) at most once per `flush_delay`."""
+        fmt = ChunkFormat.of(f)
+        fetch = job.fetches.get(f.seq)
+        if fetch is None:
+            if len(job.fetches) >= job.pending_cap:
+                job.fetches.popitem(last=False)
+                self._counts["overloaded"] += 1
+            fetch = job.fetches[f.seq] = Fetch(fmt)
+        elif fetch.format != fmt:
+            self._counts["mismatch"] += 1
+            return
+        fetch.requesters |= f.bitmap
+        if fetch.sent_at is not None and now < fetch.sent_at + self.flush_delay:
+            return
+        fetch.sent_at = now
+        # Every other worker, earlier requesters too: one may have got the result since it asked.
+        packet = _header(Kind.FETCH, job.spec.job, f.seq, fmt).pack()
+        out.extend(Datagram(packet, w) for rank, w in enumerate(job.workers) if rank != f.rank)
+        self._counts["fetch_sent"] += len(job.workers) - 1
 
     def _add_piece(self, job: JobState, f: Fields, bitmap: int, sums: np.ndarray, now: float, out: list[Datagram]) -> Chunk | None:
         """Add a piece to its chunk; the chunk if it is still incomplete, None if it completed or the piece was refused."""
@@ -275,6 +328,7 @@ class ParameterServer:
         chunk.live = False
         packet = _header(Kind.RESULT, job.spec.job, chunk.seq, chunk.format, job.full).pack(chunk.pieces.result)
         job.ring.put(chunk.seq, bool(chunk.format.flags), packet)
+        job.fetches.pop(chunk.seq, None)  # every worker gets the RESULT below
         out.extend(Datagram(packet, worker) for worker in job.workers)
         self._counts["completed"] += 1
 

@@ -47,10 +47,23 @@ class Chunk:
         """False once completed, superseded, expired or deregistered: its timers are void."""
 
 
+class Fetch:
+    """A result the PS lacks and a resending worker needs, asked of the job's other workers
+    (docs/protocol.md, section 6): the chunk's format, who asked, and when the PS last asked."""
+
+    __slots__ = ("format", "requesters", "sent_at")
+
+    def __init__(self, format: ChunkFormat) -> None:
+        self.format = format
+        self.requesters = 0
+        """Bitmap of the ranks that resent the chunk: they get the result when it comes."""
+        self.sent_at: float | None = None
+
+
 class JobState:
     """One registered job as the PS sees it."""
 
-    __slots__ = ("spec", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "newest")
+    __slots__ = ("spec", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest")
 
     def __init__(self, spec: JobSpec, words: int, ring_capacity: int) -> None:
         self.spec = spec
@@ -62,6 +75,8 @@ class JobState:
         """Incomplete chunks by seq, oldest first (so expiry looks only at the front)."""
         self.pending_cap = ring_capacity
         self.ring = ResultRing(ring_capacity)
+        self.fetches: OrderedDict[int, Fetch] = OrderedDict()
+        """Chunks whose result the PS is fetching from workers, by seq, oldest first; at most `ring`."""
         self.newest: int | None = None
         """The newest seq any worker of the job has sent (serial order)."""
 

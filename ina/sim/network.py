@@ -17,6 +17,7 @@ from ina.net.node import Address, Datagram, Node
 from ina.sim.link import Link, Port
 
 Action = Callable[[float], Iterable[Datagram] | None]
+Rule = Callable[[Datagram, Address], bool]
 
 
 @dataclass(slots=True, eq=False)
@@ -54,6 +55,7 @@ class Network:
         self._hosts: dict[Address, Host] = {}
         self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._order = 0
+        self._rules: list[Rule] = []
 
     # ----------------------------------------------------------------- building
 
@@ -114,6 +116,15 @@ class Network:
 
         self._schedule(self.now if at is None else at, send)
 
+    def drop_when(self, rule: Rule) -> None:
+        """From now on, lose every datagram sent for which `rule(datagram, source)` holds.
+
+        Targeted loss: a test loses exactly the packets its scenario needs (say, one RESULT
+        and the PS's copy of it), which random faults reach only by chance. The rule sees
+        each datagram once, as sent (`datagram.addr` is its destination), and may keep state.
+        """
+        self._rules.append(rule)
+
     # ----------------------------------------------------------------- running
 
     def run(self, until: float) -> None:
@@ -163,6 +174,9 @@ class Network:
         self._to_fabric(host.addr, datagram, arrivals)
 
     def _to_fabric(self, source: Address, datagram: Datagram, arrivals: list[float]) -> None:
+        if any(rule(datagram, source) for rule in self._rules):
+            self.counters["dropped_by_rule"] += 1
+            return
         delivered = Datagram(datagram.data, source)
         for time in arrivals:
             self._schedule(time, self._arrive, datagram.addr, delivered)

@@ -11,6 +11,9 @@ import numpy as np
 
 from ina.protocol import Header, result_words
 
+SEQ_MASK = 0xFFFFFFFF
+"""Sequence numbers are 32 bits on the wire; the engine counts them unwrapped."""
+
 
 @dataclass(slots=True, eq=False)
 class Reduction:
@@ -56,6 +59,33 @@ class Chunk:
     retries: int = 0
     deadline: float = 0.0
     status: int | None = None
+
+
+class ResultStore:
+    """The RESULT packets of a worker's newest `capacity` (2W) chunks, to answer its PS's FETCH.
+
+    A worker that misses chunk `seq`'s result holds back chunk `seq + W`, so no worker gets
+    2W chunks past it (docs/protocol.md, section 8): the newest 2W results cover anything the
+    PS can ask for. Entries sit at unwrapped seq modulo `capacity`, so storing a result
+    evicts the one 2W chunks older and the memory is fixed.
+    """
+
+    __slots__ = ("_entries", "_newest")
+
+    def __init__(self, capacity: int) -> None:
+        self._entries: list[tuple[int, bytes] | None] = [None] * capacity
+        self._newest = 0
+
+    def put(self, seq: int, packet: bytes) -> None:
+        """Keep the RESULT of chunk `seq` (unwrapped)."""
+        self._entries[seq % len(self._entries)] = (seq, packet)
+        self._newest = max(self._newest, seq)
+
+    def get(self, wire_seq: int) -> bytes | None:
+        """The kept RESULT of the chunk with this 32-bit seq, or None."""
+        seq = self._newest - ((self._newest - wire_seq) & SEQ_MASK)
+        entry = self._entries[seq % len(self._entries)]
+        return entry[1] if entry is not None and entry[0] == seq else None
 
 
 def split(words: np.ndarray, per_chunk: int) -> list[bytes]:

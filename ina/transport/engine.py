@@ -18,12 +18,11 @@ import numpy as np
 from ina.net.node import Address, Datagram
 from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, MalformedPacket, parse, result_words
 from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
-from ina.transport.chunks import Chunk, Reduction, result_length, split
+from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length, split
 from ina.transport.errors import TransportError
 from ina.transport.priority import MAX_PRIORITY, IntensityPriority, PriorityPolicy
 from ina.transport.rto import RttEstimator
 
-SEQ_MASK = 0xFFFFFFFF
 _FLAGS_AT = HEADER_DTYPE.fields["flags"][1]
 _PRIORITY_AT = HEADER_DTYPE.fields["priority"][1]
 
@@ -34,8 +33,9 @@ class EngineConfig:
 
     `destination` is where DATA goes: the switch, or the PS in PS-only mode (`ps_only`,
     where every chunk uses slot 0). `sources` are the addresses RESULT and STATUS may
-    come from: the switch and the PS. `first_seq` is the job's first chunk number (0;
-    tests start near 2^32 to cross the wrap).
+    come from: the switch and the PS (so the PS is the destination in PS-only mode, else
+    the other source). `first_seq` is the job's first chunk number (0; tests start near
+    2^32 to cross the wrap).
     """
 
     job: int
@@ -67,8 +67,17 @@ class EngineConfig:
             raise ValueError(f"window must be in 1..pool ({self.pool}), got {self.window}")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto < self.peer_timeout:
             raise ValueError("need 0 < min_rto <= initial_rto <= max_rto < peer_timeout")
-        if self.destination not in self.sources:
-            raise ValueError(f"the destination {self.destination} must be among the result sources")
+        if self.destination not in self.sources or len(self.sources) > 2:
+            raise ValueError(f"the result sources {set(self.sources)} must be the destination {self.destination} "
+                             "and at most one other address (the switch and the PS)")
+
+    @property
+    def ps(self) -> Address | None:
+        """The job's PS, the only peer whose FETCH a worker answers; None if the config names none."""
+        if self.ps_only:
+            return self.destination
+        others = self.sources - {self.destination}
+        return next(iter(others)) if others else None
 
     def slot(self, seq: int) -> int:
         return 0 if self.ps_only else (self.slot_base + seq) & (self.pool - 1)
@@ -84,6 +93,11 @@ class Engine:
     Drive it as a `Node`; `submit` queues a reduction and makes `next_deadline()` due so
     the driver's `tick` sends it. Collect results with `completed()`; a peer that stays
     silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
+    It keeps its newest 2W results to answer its PS's FETCH (the PS lost a result another
+    worker needs). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
+    foreign (not from the switch or PS), malformed, unexpected (wrong job, kind, format,
+    or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
+    for a result not kept); failed.
     Not thread-safe: a transport that submits from the training thread while a runner
     thread feeds packets must serialize the calls and wake the runner after `submit`.
     """
@@ -101,6 +115,7 @@ class Engine:
         self._outstanding: dict[int, Chunk] = {}
         self._timers: list[tuple[float, int]] = []
         self._reductions: deque[Reduction] = deque()
+        self._results = ResultStore(2 * config.window)
 
     # ----------------------------------------------------------------- the worker's side
 
@@ -167,9 +182,10 @@ class Engine:
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
         if self.error is not None:
             return []
+        out: list[Datagram] = []
         for datagram in datagrams:
-            self._accept(datagram, now)
-        return self._pump(now)
+            self._accept(datagram, now, out)
+        return out + self._pump(now)
 
     def tick(self, now: float) -> list[Datagram]:
         if self.error is not None:
@@ -235,8 +251,9 @@ class Engine:
             packet[_FLAGS_AT] |= Flag.RESEND
         return Datagram(bytes(packet), self.config.destination)
 
-    def _accept(self, datagram: Datagram, now: float) -> None:
-        """Take one arriving datagram: a RESULT or STATUS for an outstanding chunk, or count why not."""
+    def _accept(self, datagram: Datagram, now: float, out: list[Datagram]) -> None:
+        """Take one arriving datagram: a RESULT or STATUS for an outstanding chunk, a FETCH from
+        the PS (its answer goes to `out`), or count why not."""
         if datagram.addr not in self.config.sources:
             self.counters["foreign"] += 1
             return
@@ -245,8 +262,11 @@ class Engine:
         except MalformedPacket:
             self.counters["malformed"] += 1
             return
-        if header.job != self.config.job or header.kind not in (Kind.RESULT, Kind.STATUS):
+        if header.job != self.config.job or header.kind not in (Kind.RESULT, Kind.STATUS, Kind.FETCH):
             self.counters["unexpected"] += 1
+            return
+        if header.kind == Kind.FETCH:
+            self._answer_fetch(header, datagram.addr, out)
             return
         chunk = self._lookup(header.seq)
         if chunk is None:
@@ -269,7 +289,24 @@ class Engine:
         if chunk.retries == 0:
             self.rtt.sample(now - chunk.first_sent)
         chunk.reduction.fill(chunk.index, payload)
+        self._results.put(chunk.seq, bytes(datagram.data))
         self.counters["delivered"] += 1
+
+    def _answer_fetch(self, header: Header, source: Address, out: list[Datagram]) -> None:
+        """The PS lost a result that another worker needs: send it ours, as received.
+
+        Only the job's PS may ask (the switch never does), so a worker never sends results
+        anywhere else; a chunk not among our newest 2W results is counted, not answered.
+        """
+        if source != self.config.ps:
+            self.counters["unexpected"] += 1
+            return
+        packet = self._results.get(header.seq)
+        if packet is None:
+            self.counters["fetch_missing"] += 1
+            return
+        out.append(Datagram(packet, source))
+        self.counters["fetch_answered"] += 1
 
     def _lookup(self, wire_seq: int) -> Chunk | None:
         """The outstanding chunk a 32-bit wire seq names (outstanding seqs span less than W)."""
@@ -283,7 +320,8 @@ class Engine:
         if chunk.status is None:
             missing = "no STATUS came from the PS, so it is down or unreachable too, or never got the chunk"
         elif chunk.status == self._full:
-            missing = "the PS says every rank contributed but it holds no result: the RESULT and its PS copy were lost"
+            missing = ("every rank contributed (the PS's STATUS is full) but the result was lost: the RESULT, "
+                       "the PS's copy and the other workers' answers to the PS's FETCH all failed to arrive")
         else:
             ranks = [r for r in range(config.workers) if not chunk.status >> r & 1]
             missing = f"the PS holds no contribution from ranks {ranks}"
