@@ -40,8 +40,12 @@ class THCState:
             ``error_feedback`` needs ``start_iter >= 2`` (memory is kept per bucket index).
         min_compression_elements: buckets smaller than this are plain-allreduced: padding to a
             rotation block would cost more than it saves.
-        transport: how the compressed reductions travel: a registered name (``"collective"``:
-            torch.distributed on ``process_group``) or a :class:`ina.transport.base.Transport`.
+        transport: how the compressed reductions travel: a registered name or a
+            :class:`ina.transport.base.Transport`. ``"collective"``: torch.distributed on
+            ``process_group``; ``"switch"`` and ``"ps"``: over UDP through the switch and the PS,
+            or the PS alone (:class:`ina.transport.udp.SwitchTransport` and ``PSTransport``,
+            configured by the environment: INA_SWITCH, INA_PS, ...). Building the state attaches
+            the transport, which for these registers the job: every worker builds its state at once.
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
@@ -108,12 +112,14 @@ class THCState:
         """Attach the workers and the transport, after checking that their sums cannot overflow."""
         if not isinstance(transport, (str, Transport)):
             raise ValueError(f"transport must be a name or a Transport instance, got {transport!r}")
-        self.config.check_workers(_group(process_group).size())
+        group = _group(process_group)
+        self.config.check_workers(group.size())
         self.process_group = process_group
+        self.codec = THCCodec(self.config, seed=self.seed)
         if isinstance(transport, str):
             transport = create_transport(transport, process_group)
+        transport.attach(self.codec, group)
         self.transport = transport
-        self.codec = THCCodec(self.config, seed=self.seed)
 
     @property
     def bytes_sent(self) -> int:

@@ -47,7 +47,7 @@ def test_the_default_group_must_exist():
 
 
 def test_unknown_transport_names_are_listed():
-    with pytest.raises(ValueError, match=r"\['collective'\]"):
+    with pytest.raises(ValueError, match=r"\['collective', 'ps', 'switch'\]"):
         create_transport("udp", None)
 
 

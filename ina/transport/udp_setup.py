@@ -103,10 +103,10 @@ class Deployment:
 
 def locate(ps: Aggregator, switch: Aggregator | None) -> Deployment:
     """Ask the control APIs (rank 0) how the aggregators are set up; they must agree on K."""
+    switch_config = switch.describe() if switch else None  # the destination first: its absence is the news
     ps_config = ps.describe()
-    if switch is None:
+    if switch_config is None:
         return Deployment(ps_config["words"], 1, ps_config["listen"], None)
-    switch_config = switch.describe()
     if switch_config["words"] != ps_config["words"]:
         raise TransportError(
             f"the switch carries {switch_config['words']} words per packet and the PS {ps_config['words']}: "
