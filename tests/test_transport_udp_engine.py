@@ -16,7 +16,7 @@ from ina.protocol import pack_fields, result_words, unpack_fields
 from ina.transport.engine import EngineConfig
 from ina.transport.errors import TransportError
 from ina.transport.udp_engine import UdpEngine
-from ina.transport.udp_setup import Aggregator, locate, register
+from ina.transport.udp_setup import Aggregator, deregister, locate, register
 
 LOOPBACK = ("127.0.0.1", 0)
 WORDS = 16
@@ -73,37 +73,43 @@ def test_an_exception_in_a_call_stops_the_loop_and_is_kept():
     runner.close()
 
 
+@pytest.fixture(scope="module")
+def local():
+    with LocalAggregators(words=WORDS) as aggregators:
+        yield aggregators
+
+
 @contextmanager
-def job(with_switch: bool, workers: int, **timing: float) -> Iterator[tuple[LocalAggregators, list[UdpEngine]]]:
-    """A switch and a PS on loopback (K = 16), a job registered as rank 0 registers it, one UdpEngine per rank."""
-    with LocalAggregators(words=WORDS) as local:
-        options = local.options("switch")
-        ps = Aggregator.configure("ps", options["ps"], options["ps_control"])
-        switch = Aggregator.configure("switch", options["switch"], options["switch_control"]) if with_switch else None
-        deployment = locate(ps, switch)
-        sockets = [open_socket(LOOPBACK) for _ in range(workers)]
-        spec = JobSpec(job=5, workers=tuple(Endpoint(*s.getsockname()) for s in sockets), window=4, lane_bits=8,
-                       index_bits=0 if with_switch else 4, table=() if with_switch else TABLE)  # fmt: skip
-        registration = register(ps, switch, deployment, spec, pick_job=False)
-        sources = frozenset(filter(None, (deployment.switch, deployment.ps)))
-        engines = [
-            UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=workers, words=WORDS, window=4,
-                                   destination=deployment.destination, sources=sources, pool=deployment.pool,
-                                   slot_base=registration.slot_base, ps_only=not with_switch, **timing), sock)  # fmt: skip
-            for rank, sock in enumerate(sockets)
-        ]
-        try:
-            yield local, engines
-        finally:
-            for engine in engines:
-                engine.close()
+def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int = 8, **timing: float) -> Iterator[list[UdpEngine]]:
+    """A job registered with `local` as rank 0 registers it, and one UdpEngine per rank."""
+    options = local.options("switch")
+    ps = Aggregator.configure("ps", options["ps"], options["ps_control"])
+    switch = Aggregator.configure("switch", options["switch"], options["switch_control"]) if with_switch else None
+    deployment = locate(ps, switch)
+    sockets = [open_socket(LOOPBACK) for _ in range(workers)]
+    spec = JobSpec(job=5, workers=tuple(Endpoint(*s.getsockname()) for s in sockets), window=4, lane_bits=lane_bits,
+                   index_bits=0 if with_switch else 4, table=() if with_switch else TABLE)  # fmt: skip
+    registration = register(ps, switch, deployment, spec, pick_job=True)
+    sources = frozenset(filter(None, (deployment.switch, deployment.ps)))
+    engines = [
+        UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=workers, words=WORDS, window=4,
+                               destination=deployment.destination, sources=sources, pool=deployment.pool,
+                               slot_base=registration.slot_base, ps_only=not with_switch, **timing), sock)  # fmt: skip
+        for rank, sock in enumerate(sockets)
+    ]
+    try:
+        yield engines
+    finally:
+        for engine in engines:
+            engine.close()
+        deregister(ps, switch, registration.job)
 
 
 @pytest.mark.parametrize("with_switch", [True, False])
-def test_reductions_submitted_from_several_threads_complete_with_exact_sums(with_switch):
+def test_reductions_submitted_from_several_threads_complete_with_exact_sums(local, with_switch):
     rng = np.random.default_rng(1)
     values = rng.integers(0, 16, size=(3, 1000), dtype=np.uint32)  # 3 x 15 fits 8-bit lanes
-    with job(with_switch, 3) as (_, engines):
+    with job(local, with_switch, 3) as engines:
         futures: dict[int, list] = {}
 
         def submit_three(rank: int) -> None:
@@ -122,6 +128,17 @@ def test_reductions_submitted_from_several_threads_complete_with_exact_sums(with
         assert all(engine.bytes_sent >= 3 * chunks * (20 + 4 * WORDS) for engine in engines)
 
 
+@pytest.mark.parametrize("lane_bits", [8, 16, 32])
+def test_switch_lanes_of_every_width_sum_without_carries(local, lane_bits):
+    """THC never needs 32-bit lanes (32 workers x granularity 255 < 2**16), the protocol allows them."""
+    rng = np.random.default_rng(lane_bits)
+    values = rng.integers(0, 2 ** (lane_bits - 1), size=(2, 300), dtype=np.uint64)  # two halves: no carry
+    with job(local, True, 2, lane_bits=lane_bits) as engines:
+        futures = [engine.submit(pack_fields(v, lane_bits), lane_bits=lane_bits) for engine, v in zip(engines, values)]
+        for future in futures:
+            assert np.array_equal(unpack_fields(future.result(timeout=10), lane_bits, 300), values.sum(axis=0))
+
+
 def _lanes(words: np.ndarray, with_switch: bool) -> np.ndarray:
     """8-bit lane sums; PS-only results come per chunk of 8 * K indices."""
     if with_switch:
@@ -132,8 +149,8 @@ def _lanes(words: np.ndarray, with_switch: bool) -> np.ndarray:
 
 def test_a_dead_ps_fails_the_pending_and_every_later_reduction_within_the_peer_timeout():
     timing = dict(min_rto=0.01, initial_rto=0.01, max_rto=0.1, peer_timeout=0.5)
-    with job(False, 2, **timing) as (local, engines):
-        local.ps.close()
+    with LocalAggregators(words=WORDS) as own, job(own, False, 2, **timing) as engines:
+        own.ps.close()
         ps_gone = time.monotonic()
         future = engines[0].submit(np.ones(4, dtype=np.uint32), lane_bits=8, index_bits=4)
         with pytest.raises(TransportError, match=r"peer_timeout=0\.5s from the PS at .*no STATUS came from the PS"):
@@ -143,8 +160,8 @@ def test_a_dead_ps_fails_the_pending_and_every_later_reduction_within_the_peer_t
             engines[0].submit(np.ones(4, dtype=np.uint32), lane_bits=8, index_bits=4).result(timeout=1)
 
 
-def test_closing_fails_what_is_unfinished_and_what_comes_later():
-    with job(True, 2) as (_, engines):
+def test_closing_fails_what_is_unfinished_and_what_comes_later(local):
+    with job(local, True, 2) as engines:
         future = engines[0].submit(np.ones(4, dtype=np.uint32), lane_bits=8)  # rank 1 never contributes
         engines[0].close()
         with pytest.raises(TransportError, match="closed"):
@@ -155,14 +172,13 @@ def test_closing_fails_what_is_unfinished_and_what_comes_later():
 
 
 @pytest.mark.parametrize("role", ["switch", "ps"])
-def test_a_missing_aggregator_is_named_with_what_to_start_or_set(role):
-    with LocalAggregators() as local:
-        options = local.options("switch")
-        ps = Aggregator.configure("ps", options["ps"], "127.0.0.1:9" if role == "ps" else options["ps_control"])
-        switch = Aggregator.configure("switch", control="127.0.0.1:9" if role == "switch" else options["switch_control"])
-        variable = f"INA_{role.upper()}"
-        with pytest.raises(TransportError, match=rf"no {role} control API answers at 127\.0\.0\.1:9 .*`ina {role}`.*{variable}=host:port"):
-            locate(ps, switch)
+def test_a_missing_aggregator_is_named_with_what_to_start_or_set(local, role):
+    options = local.options("switch")
+    ps = Aggregator.configure("ps", options["ps"], "127.0.0.1:9" if role == "ps" else options["ps_control"])
+    switch = Aggregator.configure("switch", control="127.0.0.1:9" if role == "switch" else options["switch_control"])
+    variable = f"INA_{role.upper()}"
+    with pytest.raises(TransportError, match=rf"no {role} control API answers at 127\.0\.0\.1:9 .*`ina {role}`.*{variable}=host:port"):
+        locate(ps, switch)
 
 
 def test_aggregators_are_found_from_options_then_the_environment_then_defaults(monkeypatch):
@@ -179,13 +195,12 @@ def test_aggregators_are_found_from_options_then_the_environment_then_defaults(m
         Aggregator.configure("ps", "nowhere")
 
 
-def test_the_data_address_comes_from_the_control_api_and_both_must_agree_on_k():
-    with LocalAggregators(words=16) as local:
-        options = local.options("switch")
-        deployment = locate(Aggregator.configure("ps", control=options["ps_control"]),
-                            Aggregator.configure("switch", control=options["switch_control"]))  # fmt: skip
-        assert (deployment.switch, deployment.ps, deployment.words, deployment.pool) == (local.switch.address, local.ps.address, 16, 64)
-        with LocalAggregators(words=32) as other:
-            with pytest.raises(TransportError, match="same --words"):
-                locate(Aggregator.configure("ps", control=options["ps_control"]),
-                       Aggregator.configure("switch", control=other.options("switch")["switch_control"]))  # fmt: skip
+def test_the_data_address_comes_from_the_control_api_and_both_must_agree_on_k(local):
+    options = local.options("switch")
+    deployment = locate(Aggregator.configure("ps", control=options["ps_control"]),
+                        Aggregator.configure("switch", control=options["switch_control"]))  # fmt: skip
+    assert (deployment.switch, deployment.ps, deployment.words, deployment.pool) == (local.switch.address, local.ps.address, WORDS, 64)
+    with LocalAggregators(words=2 * WORDS) as other:
+        with pytest.raises(TransportError, match="same --words"):
+            locate(Aggregator.configure("ps", control=options["ps_control"]),
+                   Aggregator.configure("switch", control=other.options("switch")["switch_control"]))  # fmt: skip
