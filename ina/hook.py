@@ -49,14 +49,17 @@ class THCState:
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
-    afterwards for others), and keeps the iteration counter and the error memory. Training then
+    afterwards for others, after ``transport.attach(state.codec, group)``), and keeps the iteration counter and the error memory. Training then
     resumes bit-identically if the new DDP instance lays out its buckets as the old one did.
     DDP rebuilds a new instance's buckets after its first iteration (unless
     ``find_unused_parameters=True``), so with several buckets that first iteration compresses
     differently laid-out buckets and skips memory whose size no longer matches.
 
-    ``plain_bytes`` and ``transport.bytes_sent`` count what this worker handed to reductions;
-    :attr:`bytes_sent` is their sum.
+    ``plain_bytes`` and ``transport.bytes_sent`` count what this worker handed to reductions
+    (for the switch and PS transports: the UDP payloads it sent, headers and resends included);
+    :attr:`bytes_sent` is their sum. The state does not own the transport: call
+    ``state.transport.close()`` on every worker when training is over (after a barrier), which
+    for the switch and PS transports stops their thread and deregisters the job.
     """
 
     __slots__ = (

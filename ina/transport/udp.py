@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import weakref
+from abc import abstractmethod
 from concurrent.futures import Future
 from typing import Callable, Optional
 
@@ -29,7 +30,6 @@ from ina.protocol import result_words
 from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport
 from ina.transport.engine import EngineConfig
-from ina.transport.errors import TransportError
 from ina.transport.priority import PriorityPolicy
 from ina.transport.udp_engine import UdpEngine
 from ina.transport.udp_setup import (
@@ -175,7 +175,7 @@ class _UdpTransport(Transport):
         def scalar(result: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(result[:1].view(np.float32).copy()).to(device)[0]
 
-        return _torch_future(self._running().submit(word, op="max", lane_bits=32), scalar)
+        return _torch_future(self._running().submit(word, op="max", lane_bits=32), scalar, device)
 
     def table_sum(
         self, indices: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
@@ -193,11 +193,11 @@ class _UdpTransport(Transport):
             return self._unpack(torch.from_numpy(result.view(np.int32)).to(device), index_bits, count)
 
         future = engine.submit(words.cpu().numpy().view(np.uint32), op="sum", lane_bits=self._lane_bits, index_bits=index_bits)
-        return _torch_future(future, sums)
+        return _torch_future(future, sums, device)
 
+    @abstractmethod
     def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
         """The SUM reduction's int32 words and its index_bits (0: lanes)."""
-        raise NotImplementedError
 
     def _unpack(self, words: torch.Tensor, index_bits: int, count: int) -> torch.Tensor:
         """The first `count` lane sums, as the collective would return them (uint8 for 8-bit lanes, else int32)."""
@@ -205,7 +205,10 @@ class _UdpTransport(Transport):
 
     def _running(self) -> UdpEngine:
         if self._engine is None:
-            raise RuntimeError(f"{type(self).__name__} is not attached: pass it to THCState(transport=...)")
+            raise RuntimeError(
+                f"{type(self).__name__} is not attached: pass it to THCState(transport=...), "
+                "or call transport.attach(state.codec, process_group) on every worker"
+            )
         return self._engine
 
     def close(self) -> None:
@@ -301,9 +304,15 @@ class PSTransport(_UdpTransport):
         return lanes.view(chunks, lanes_per_result)[:, :per_chunk].reshape(-1)[:count]
 
 
-def _torch_future(future: Future, convert: Callable[[np.ndarray], torch.Tensor]) -> torch.futures.Future[torch.Tensor]:
-    """A torch future that completes with `convert(sums)`, or with the engine's error."""
-    result: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+def _torch_future(
+    future: Future, convert: Callable[[np.ndarray], torch.Tensor], device: torch.device
+) -> torch.futures.Future[torch.Tensor]:
+    """A torch future that completes with `convert(sums)` (a tensor on `device`), or with the engine's error.
+
+    It completes on the engine's thread; on a GPU it records the stream it was completed on, and
+    whoever waits for it waits for that stream, as for NCCL's futures.
+    """
+    result: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
 
     def done(finished: Future) -> None:
         try:
