@@ -143,7 +143,7 @@ def test_a_dead_aggregator_stops_training_with_the_engines_error_within_the_peer
     for kind, message, after in run_workers(_train_until_the_aggregator_dies, 2, transport, timeout=60):
         assert kind == "TransportError", message
         assert f"got no result within peer_timeout=1.0s from the {destination} at 127.0.0.1:" in message
-        assert after < 1.0 + 1.5, after  # the peer timeout, plus a step's work and scheduling slack
+        assert after < 1.0 + 3.0, after  # the peer timeout, plus a step's work and a loaded machine's slack
 
 
 def _start_without_aggregators(rank: int, workers: int, transport: str, environment: dict[str, str]) -> tuple[str, float]:
