@@ -104,6 +104,7 @@ def test_ddp_training_through_the_switch_and_the_ps_ends_at_the_collective_loss(
         # or 6 PS chunks of 512 (4-bit indices), plus one MAX chunk, 276 bytes each (resends add more)
         assert result["switch"][1] >= 13 * 276 and result["ps"][1] >= 7 * 276, result
     assert aggregators.switch.counters()["unregistered"] == 0
+    assert aggregators.switch.jobs() == [] and aggregators.ps.jobs() == []  # rank 0 deregistered on close
 
 
 def _train_until_the_aggregator_dies(rank: int, workers: int, transport: str) -> tuple[str, str, float]:

@@ -171,6 +171,22 @@ def test_closing_fails_what_is_unfinished_and_what_comes_later(local):
         engines[0].close()  # twice is harmless
 
 
+def test_a_derived_job_id_moves_to_the_first_id_free_at_both_aggregators(local):
+    options = local.options("switch")
+    ps = Aggregator.configure("ps", options["ps"], options["ps_control"])
+    switch = Aggregator.configure("switch", options["switch"], options["switch_control"])
+    deployment = locate(ps, switch)
+    jobs = []
+    for port in (9001, 9002, 9003):
+        spec = JobSpec(job=65535, workers=(Endpoint("127.0.0.1", port),), window=4)
+        jobs.append(register(ps, switch if port != 9002 else None, deployment, spec, pick_job=True).job)
+    try:
+        assert jobs == [65535, 0, 1]  # the second holds 0 at the PS only, which the third avoids too
+    finally:
+        for job_id, with_switch in zip(jobs, (True, False, True)):
+            deregister(ps, switch if with_switch else None, job_id)
+
+
 @pytest.mark.parametrize("role", ["switch", "ps"])
 def test_a_missing_aggregator_is_named_with_what_to_start_or_set(local, role):
     options = local.options("switch")
