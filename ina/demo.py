@@ -2,9 +2,12 @@
 
 Local worker processes (gloo over localhost) train the same model on scikit-learn's digits
 from the same seed twice, once with plain fp32 allreduce and once with the THC hook, then
-report both test accuracies and what each worker sent per step.
+report both test accuracies and what each worker sent per step. With ``--transport switch``
+or ``ps`` a software switch and PS run in this process on loopback, and a third run sends
+THC values through them: its bytes are the UDP payloads each worker put on the wire.
 """
 import argparse
+import contextlib
 import math
 import sys
 
@@ -29,7 +32,8 @@ def register(subcommands: "argparse._SubParsersAction[argparse.ArgumentParser]")
         "--granularity", type=_positive, help="THC granularity (default 2 * (2**bits - 1), at most 255)"
     )
     parser.add_argument(
-        "--transport", choices=sorted(TRANSPORTS), default="collective", help="how THC values are summed"
+        "--transport", choices=sorted(TRANSPORTS), default="collective",
+        help="how THC values are summed; switch and ps also run collective, for comparison (default collective)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the data split, init and rotation")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a stuck run is stopped")
@@ -39,7 +43,7 @@ def register(subcommands: "argparse._SubParsersAction[argparse.ArgumentParser]")
 def run(args: argparse.Namespace) -> int:
     from ina.compression import THCConfig
     from ina.demo_training import BATCH, Digits, Run, THCOptions, train_worker
-    from ina.launch import WorkerError, run_workers
+    from ina.launch import LocalAggregators, WorkerError, run_workers
 
     granularity = args.granularity or min(2 * (2**args.bits - 1), 255)
     try:
@@ -52,23 +56,32 @@ def run(args: argparse.Namespace) -> int:
     data = Digits.load(args.seed)
     steps = QUICK_STEPS if args.quick else args.steps or args.epochs * math.ceil(len(data.x_train) / BATCH)
     warm_up = min(10, steps // 10)
-    thc = THCOptions(bits=args.bits, granularity=granularity, start_iter=warm_up, transport=args.transport)
-    runs = [
-        Run(label="fp32 allreduce", steps=steps, seed=args.seed, data=data, thc=None),
-        Run(label=f"THC {args.bits}-bit ({args.transport})", steps=steps, seed=args.seed, data=data, thc=thc),
-    ]
+    def thc_run(transport: str, options: dict[str, str]) -> Run:
+        thc = THCOptions(args.bits, granularity, warm_up, transport, options)
+        return Run(label=f"THC {args.bits}-bit ({transport})", steps=steps, seed=args.seed, data=data, thc=thc)
+
     print(f"ina demo: {args.workers} workers, {steps} steps of {BATCH} digits, gloo on localhost")
-    try:
-        outcomes = [run_workers(train_worker, args.workers, r, timeout=args.timeout)[0] for r in runs]
-    except WorkerError as error:
-        print(f"ina demo: {error}", file=sys.stderr)
-        return 1
-    baseline = outcomes[0].bytes_per_step
+    with contextlib.ExitStack() as servers:
+        runs = [Run(label="fp32 allreduce", steps=steps, seed=args.seed, data=data, thc=None), thc_run("collective", {})]
+        if args.transport != "collective":
+            local = servers.enter_context(LocalAggregators())
+            options = local.options(args.transport)
+            where = ", ".join(f"{name} at udp://{options[name]}" for name in ("switch", "ps") if name in options)
+            print(f"ina demo: a software {where} in this process")
+            runs.append(thc_run(args.transport, options))
+        try:
+            outcomes = [run_workers(train_worker, args.workers, r, timeout=args.timeout) for r in runs]
+        except WorkerError as error:
+            print(f"ina demo: {error}", file=sys.stderr)
+            return 1
+    baseline = outcomes[0][0].bytes_per_step
     print(f"{'':28}{'test accuracy':>15}{'bytes/worker/step':>20}")
     for r, outcome in zip(runs, outcomes):
-        sent = outcome.bytes_per_step
+        sent = round(sum(o.bytes_per_step for o in outcome) / len(outcome))  # resends differ between workers
         ratio = f"  ({baseline / sent:.1f}x less)" if sent < baseline else ""
-        print(f"{r.label:28}{outcome.accuracy:>14.1%}{sent:>20,}{ratio}")
+        print(f"{r.label:28}{outcome[0].accuracy:>14.1%}{sent:>20,}{ratio}")
+    if args.transport != "collective":
+        print(f"({args.transport}: UDP payload bytes, 20-byte headers, the norm's MAX chunk and resends included)")
     return 0
 
 

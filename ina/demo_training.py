@@ -5,14 +5,16 @@ train in seconds, yet a model learns it to high accuracy: a fair check that THC 
 as well as fp32 ones.
 """
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from ina.hook import THCState, thc_hook
+from ina.transport import create_transport
 
 HIDDEN = 256
 BATCH = 64  # global batch, split evenly over the workers
@@ -28,6 +30,7 @@ class THCOptions:
     granularity: int
     start_iter: int
     transport: str
+    transport_options: dict[str, str] = field(default_factory=dict)  # e.g. the local switch's addresses
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class Run:
 @dataclass(frozen=True)
 class Outcome:
     accuracy: float
-    bytes_per_step: int  # handed to reductions by one worker in one step, after warm-up
+    bytes_per_step: float  # handed to reductions (or, over UDP, sent) by one worker per step after warm-up
 
 
 def train_worker(rank: int, workers: int, run: Run) -> Outcome:
@@ -75,7 +78,9 @@ def train_worker(rank: int, workers: int, run: Run) -> Outcome:
     ddp = DistributedDataParallel(model)
     state = None
     if run.thc is not None:
-        state = THCState(**asdict(run.thc))
+        thc = run.thc
+        transport = create_transport(thc.transport, None, **thc.transport_options)
+        state = THCState(bits=thc.bits, granularity=thc.granularity, start_iter=thc.start_iter, transport=transport)
         ddp.register_comm_hook(state, thc_hook)
     meter = _ByteMeter(model, state)
     # tqdm's default lock is a multiprocessing semaphore that outlives the worker; one thread suffices.
@@ -96,7 +101,10 @@ def train_worker(rank: int, workers: int, run: Run) -> Outcome:
                 progress.set_postfix(loss=f"{loss.item():.3f}")
     with torch.no_grad():
         accuracy = (model(x_test).argmax(dim=1) == y_test).float().mean().item()
-    return Outcome(accuracy=accuracy, bytes_per_step=meter.last_step)
+    if state is not None:
+        dist.barrier()  # every rank has every result: the job may leave its switch and PS
+        state.transport.close()
+    return Outcome(accuracy=accuracy, bytes_per_step=meter.per_step)
 
 
 def _batches(size: int, batch: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -108,14 +116,18 @@ def _batches(size: int, batch: int, generator: torch.Generator) -> Iterator[torc
 
 
 class _ByteMeter:
-    """Bytes one worker hands to reductions per step: as THCState counts them, else every fp32 gradient."""
+    """Bytes one worker sends per step once THC is on (the mean: resends vary), else every fp32 gradient."""
 
     def __init__(self, model: torch.nn.Module, state: Optional[THCState]) -> None:
         self.state = state
-        self.last_step = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        self._total = 0
+        self.per_step: float = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        self._start: Optional[tuple[int, int]] = None  # (iteration, bytes) when compression started
 
     def step_done(self) -> None:
-        if self.state is not None:
-            self.last_step = self.state.bytes_sent - self._total
-            self._total = self.state.bytes_sent
+        state = self.state
+        if state is None or state.iteration < state.start_iter:
+            return
+        if self._start is None:
+            self._start = (state.iteration, state.bytes_sent)
+        elif state.iteration > self._start[0]:
+            self.per_step = (state.bytes_sent - self._start[1]) / (state.iteration - self._start[0])

@@ -40,19 +40,26 @@ class THCState:
             ``error_feedback`` needs ``start_iter >= 2`` (memory is kept per bucket index).
         min_compression_elements: buckets smaller than this are plain-allreduced: padding to a
             rotation block would cost more than it saves.
-        transport: how the compressed reductions travel: a registered name (``"collective"``:
-            torch.distributed on ``process_group``) or a :class:`ina.transport.base.Transport`.
+        transport: how the compressed reductions travel: a registered name or a
+            :class:`ina.transport.base.Transport`. ``"collective"``: torch.distributed on
+            ``process_group``; ``"switch"`` and ``"ps"``: over UDP through the switch and the PS,
+            or the PS alone (:class:`ina.transport.udp.SwitchTransport` and ``PSTransport``,
+            configured by the environment: INA_SWITCH, INA_PS, ...). Building the state attaches
+            the transport, which for these registers the job: every worker builds its state at once.
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
-    afterwards for others), and keeps the iteration counter and the error memory. Training then
+    afterwards for others, after ``transport.attach(state.codec, group)``), and keeps the iteration counter and the error memory. Training then
     resumes bit-identically if the new DDP instance lays out its buckets as the old one did.
     DDP rebuilds a new instance's buckets after its first iteration (unless
     ``find_unused_parameters=True``), so with several buckets that first iteration compresses
     differently laid-out buckets and skips memory whose size no longer matches.
 
-    ``plain_bytes`` and ``transport.bytes_sent`` count what this worker handed to reductions;
-    :attr:`bytes_sent` is their sum.
+    ``plain_bytes`` and ``transport.bytes_sent`` count what this worker handed to reductions
+    (for the switch and PS transports: the UDP payloads it sent, headers and resends included);
+    :attr:`bytes_sent` is their sum. The state does not own the transport: call
+    ``state.transport.close()`` on every worker when training is over (after a barrier), which
+    for the switch and PS transports stops their thread and deregisters the job.
     """
 
     __slots__ = (
@@ -108,12 +115,14 @@ class THCState:
         """Attach the workers and the transport, after checking that their sums cannot overflow."""
         if not isinstance(transport, (str, Transport)):
             raise ValueError(f"transport must be a name or a Transport instance, got {transport!r}")
-        self.config.check_workers(_group(process_group).size())
+        group = _group(process_group)
+        self.config.check_workers(group.size())
         self.process_group = process_group
+        self.codec = THCCodec(self.config, seed=self.seed)
         if isinstance(transport, str):
             transport = create_transport(transport, process_group)
+        transport.attach(self.codec, group)
         self.transport = transport
-        self.codec = THCCodec(self.config, seed=self.seed)
 
     @property
     def bytes_sent(self) -> int:

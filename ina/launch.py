@@ -1,17 +1,24 @@
-"""Run a function in N local worker processes joined by a process group (gloo by default).
+"""Run a function in N local worker processes joined by a process group (gloo by default), and
+a software switch and PS for them to aggregate through.
 
 ``ina demo`` and the tests use it: no root, no hardware, no fixed port. The parent hosts the
 rendezvous store on a port the OS picks, so concurrent runs never collide. Any failure in a
 worker (an exception, a crash, a timeout) stops all of them and surfaces as :class:`WorkerError`
 with the worker's traceback, never as a hang.
 """
+from __future__ import annotations
+
 import multiprocessing
 import pickle
 import time
 import traceback
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:
+    from ina.ps.server import PSServer
+    from ina.switch.server import SwitchServer
 
 T = TypeVar("T")
 
@@ -125,3 +132,50 @@ def _report(pipe: Connection, status: str, payload: Any) -> None:
     # Plain pickle copies tensors; multiprocessing's own would pass shared-memory handles
     # that die with this process before the parent opens them.
     pipe.send_bytes(pickle.dumps((status, payload)))
+
+
+class LocalAggregators:
+    """A software switch and a PS on loopback, on ports the OS picks, served by threads of this
+    process until :meth:`close`: what the ``switch`` and ``ps`` transports of local workers use.
+
+    ``options(name)`` are the transport's address options (``SwitchTransport(**options)``), and
+    ``environment(name)`` the same as the INA_* variables a torchrun worker reads.
+    """
+
+    def __init__(self, words: int = 64, pool: int = 64) -> None:
+        from ina.ps import ParameterServer
+        from ina.ps.server import PSServer
+        from ina.switch import SwitchConfig
+        from ina.switch.server import SwitchServer
+
+        loopback = (_HOST, 0)
+        self.ps: PSServer = PSServer(ParameterServer(words), loopback, loopback).start()
+        try:
+            self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words), loopback, loopback).start()
+        except BaseException:
+            self.ps.close()
+            raise
+
+    def options(self, transport: str) -> dict[str, str]:
+        """Keyword options of the ``transport`` (``"switch"`` or ``"ps"``) that point it here."""
+        ps = {"ps": "%s:%d" % self.ps.address, "ps_control": "%s:%d" % self.ps.control_address}
+        if transport == "ps":
+            return ps
+        if transport == "switch":
+            return {"switch": "%s:%d" % self.switch.address, "switch_control": "%s:%d" % self.switch.control_address, **ps}
+        raise ValueError(f"only the 'switch' and 'ps' transports use aggregators, not {transport!r}")
+
+    def environment(self, transport: str) -> dict[str, str]:
+        """The same as environment variables (INA_SWITCH, INA_SWITCH_CONTROL, INA_PS, INA_PS_CONTROL)."""
+        return {f"INA_{name.upper()}": value for name, value in self.options(transport).items()}
+
+    def close(self) -> None:
+        """Stop both servers; calling it twice is harmless."""
+        for server in (self.switch, self.ps):
+            server.close()
+
+    def __enter__(self) -> LocalAggregators:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -13,20 +13,30 @@ from ina.cli import main
 from ina.launch import WorkerError, run_workers
 
 
+def _table(printed: str) -> dict[str, tuple[float, int]]:
+    """The demo's result rows: label -> (test accuracy in %, bytes per worker per step)."""
+    rows = re.findall(r"^(fp32 allreduce|THC 4-bit \(\w+\))\s+([\d.]+)%\s+([\d,]+)", printed, re.M)
+    return {label: (float(accuracy), int(sent.replace(",", ""))) for label, accuracy, sent in rows}
+
+
 def test_quick_demo_prints_both_accuracies():
     command = [sys.executable, "-m", "ina.cli", "demo", "--quick"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    rows = re.findall(r"^(fp32 allreduce|THC 4-bit \(collective\))\s+([\d.]+)%\s+[\d,]+", done.stdout, re.M)
-    assert [label for label, _ in rows] == ["fp32 allreduce", "THC 4-bit (collective)"], done.stdout
-    assert all(float(accuracy) > 80 for _, accuracy in rows), done.stdout
+    table = _table(done.stdout)
+    assert list(table) == ["fp32 allreduce", "THC 4-bit (collective)"], done.stdout
+    assert all(accuracy > 80 for accuracy, _ in table.values()), done.stdout
 
 
-def test_the_command_lists_its_subcommands(capsys):
-    with pytest.raises(SystemExit) as exit:
-        main(["--help"])
-    assert exit.value.code == 0
-    assert "demo" in capsys.readouterr().out
+def test_quick_demo_through_a_local_switch_matches_collective(capsys):
+    assert main(["demo", "--quick", "--transport", "switch"]) == 0  # in this process: its workers start warm
+    printed = capsys.readouterr().out
+    table = _table(printed)
+    assert list(table) == ["fp32 allreduce", "THC 4-bit (collective)", "THC 4-bit (switch)"], printed
+    (_, fp32), (collective, values), (switch, wire) = table.values()
+    assert switch == collective > 80, printed  # the same sums, so the same model
+    assert values < wire < fp32 / 2, printed  # headers, MAX chunks and resends on top of the lanes
+    assert re.search(r"^ina demo: a software switch at udp://127\.0\.0\.1:\d+, ps at udp://", printed, re.M), printed
 
 
 @pytest.mark.parametrize(

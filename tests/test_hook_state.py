@@ -47,7 +47,7 @@ def test_the_default_group_must_exist():
 
 
 def test_unknown_transport_names_are_listed():
-    with pytest.raises(ValueError, match=r"\['collective'\]"):
+    with pytest.raises(ValueError, match=r"\['collective', 'ps', 'switch'\]"):
         create_transport("udp", None)
 
 
@@ -73,6 +73,10 @@ class SoloTransport(Transport):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, int]] = []
+        self.attached: list[tuple[THCCodec, object]] = []
+
+    def attach(self, codec: THCCodec, process_group) -> None:
+        self.attached.append((codec, process_group))
 
     def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
         self.calls.append(("norm_max", bucket))
@@ -113,6 +117,12 @@ def test_the_hook_reduces_through_the_transport_it_is_given(dtype):
     assert averaged.dtype == dtype and averaged.data_ptr() == buffer.data_ptr()
     assert (averaged.float() - gradient).norm() < 0.3 * gradient.norm()
     assert state.iteration == 3
+
+
+def test_the_state_attaches_its_transport_once_with_its_codec_and_workers():
+    group, transport = FakeGroup(3, rank=1), SoloTransport()
+    state = THCState(process_group=group, bits=2, granularity=6, transport=transport)
+    assert transport.attached == [(state.codec, group)] and state.codec.config.bits == 2
 
 
 def test_error_feedback_keeps_what_compression_lost():

@@ -297,7 +297,8 @@ class UdpRunner:
 
     The node gets at most `batch` datagrams per call and each call's output leaves at once,
     so replies flow while the rest of a large backlog is processed (peers keep working).
-    A `FrameNode` gets them as `Frames` (no Python object per datagram).
+    A `FrameNode` gets them as `Frames` (no Python object per datagram). Other threads reach
+    the node through `call_soon`, so a node need not be thread-safe.
     """
 
     def __init__(self, node: Node, sock: socket.socket, batch: int = 256, mmsg: bool | None = None, gso: bool | None = None,
@@ -312,6 +313,10 @@ class UdpRunner:
         self.error: BaseException | None = None
         self._stopping = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._calls: list[Callable[[], None]] = []
+        self._calls_lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -329,6 +334,8 @@ class UdpRunner:
         node, io = self.node, self.io
         frames_in_frames_out = isinstance(node, FrameNode)
         while not self._stopping.is_set():
+            if self._calls:
+                self._run_calls()
             frames = io.recv_frames()
             for start in range(0, len(frames), self.batch):
                 part = frames.slice(start, start + self.batch)
@@ -340,9 +347,40 @@ class UdpRunner:
             if deadline is not None and self.clock() >= deadline:
                 self._send(node.tick(self.clock()))
                 continue
-            if not len(frames):
+            if not len(frames) and not self._calls:
                 timeout = None if deadline is None else max(0.0, deadline - self.clock())
-                select.select([io, self._wake_r], [], [], timeout)
+                if self._wake_r in select.select([io, self._wake_r], [], [], timeout)[0]:
+                    self._drain_wakes()
+
+    def call_soon(self, function: Callable[[], None]) -> None:
+        """Run `function` on the serving thread before its next receive (safe from any thread).
+
+        How another thread changes a node that is not thread-safe, for example submits work to
+        it: the call runs between the node's other calls, and the node's deadline is read after
+        it. An exception from `function` stops the loop, as one from the node does.
+        """
+        with self._calls_lock:
+            self._calls.append(function)
+        self._wake()
+
+    def _run_calls(self) -> None:
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+        for call in calls:
+            call()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # closed, or the buffer is full of wake-ups already
+            pass
+
+    def _drain_wakes(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:  # nothing left (BlockingIOError) or closed
+            pass
 
     def _send(self, datagrams: Sequence[Datagram]) -> None:
         if datagrams:
@@ -364,10 +402,7 @@ class UdpRunner:
     def stop(self) -> None:
         """Ask the loop to return (safe from any thread or a signal handler)."""
         self._stopping.set()
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:
-            pass
+        self._wake()
 
     def close(self) -> None:
         """Stop, wait for the serving thread, and release the sockets."""

@@ -1,6 +1,6 @@
 """`ina ps`: run the parameter server (docs/ps.md).
 
-`add_parser(subparsers)` plugs it into the `ina` CLI; `python -m ina.ps` runs it alone.
+`register(subcommands)` plugs it into the `ina` CLI (ina/cli.py); `python -m ina.ps` runs it alone.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `ps` as a subcommand of the `ina` CLI; dispatch to `run(args)`."""
     return configure(subparsers.add_parser("ps", help="run the parameter server", description=DESCRIPTION))
+
+
+def register(subcommands: Any) -> None:
+    """The `ina` CLI's convention: add the subcommand and set `run`."""
+    add_parser(subcommands).set_defaults(run=run)
 
 
 def build(args: argparse.Namespace) -> PSServer:

@@ -1,6 +1,6 @@
 """`ina switch`: run the software switch (docs/switch.md).
 
-`add_parser(subparsers)` plugs it into the `ina` CLI; `python -m ina.switch` runs it alone.
+`register(subcommands)` plugs it into the `ina` CLI (ina/cli.py); `python -m ina.switch` runs it alone.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `switch` as a subcommand of the `ina` CLI; dispatch to `run(args)`."""
     return configure(subparsers.add_parser("switch", help="run the software switch", description=DESCRIPTION))
+
+
+def register(subcommands: Any) -> None:
+    """The `ina` CLI's convention: add the subcommand and set `run`."""
+    add_parser(subcommands).set_defaults(run=run)
 
 
 def build(args: argparse.Namespace) -> SwitchServer:

@@ -7,6 +7,7 @@ whether torch collectives, a parameter server or a switch do the adding.
 from abc import ABC, abstractmethod
 
 import torch
+import torch.distributed as dist
 
 from ina.compression import THCCodec
 
@@ -20,6 +21,12 @@ class Transport(ABC):
 
     def __init__(self) -> None:
         self.bytes_sent = 0
+
+    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup) -> None:
+        """Called once by THCState, on every worker at once, when the codec and the workers are known.
+
+        A transport that must set up a job with its aggregators (lane width, THC table) does it here.
+        """
 
     @abstractmethod
     def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:

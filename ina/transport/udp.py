@@ -1,0 +1,333 @@
+"""THC reductions through the software (or a P4) switch and the parameter server, over UDP.
+
+`SwitchTransport` sends table values in lanes to the switch, which adds them and hands what
+it cannot finish to the PS; `PSTransport` sends b-bit table indices to the PS alone, which
+looks them up and adds them (docs/protocol.md, section 3). Either way the sums are exact
+integers, bit-identical to `CollectiveTransport`'s.
+
+Each worker runs the protocol's engine (window, resends, delivery) on a UDP socket of its own,
+on a background thread (`ina.transport.udp_engine`). When THCState attaches the transport,
+the workers exchange their addresses over the process group and rank 0 registers the job
+(`ina.transport.udp_setup`); `close()` (rank 0) deregisters it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from abc import abstractmethod
+from concurrent.futures import Future
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ina.compression import THCCodec, THCConfig, pack_bits, sum_lane_bits, unpack_bits
+from ina.control import Endpoint, JobSpec
+from ina.protocol import result_words
+from ina.protocol.packing import fields_per_word
+from ina.transport.base import Transport
+from ina.transport.engine import EngineConfig
+from ina.transport.priority import PriorityPolicy
+from ina.transport.udp_engine import UdpEngine
+from ina.transport.udp_setup import (
+    ENVIRONMENT,
+    Aggregator,
+    Deployment,
+    Registration,
+    agree,
+    bind_socket,
+    deregister,
+    derived_job,
+    locate,
+    register,
+)
+
+__all__ = ["PSTransport", "SwitchTransport"]
+
+logger = logging.getLogger(__name__)
+_INITIAL_RTO = 0.05
+
+
+class _UdpTransport(Transport):
+    """What both transports share: bootstrap, the engine on its thread, the MAX of the norms.
+
+    Options (seconds for times):
+        bind: the worker's numeric IPv4 address (``host`` or ``host:port``; default INA_BIND,
+            else the local address that routes to the switch or PS).
+        job: the job id (default INA_JOB, else derived from the workers' addresses and moved to
+            the first id free at the switch and the PS).
+        window: most chunks in flight per worker (the protocol's W).
+        priority_cap: the highest priority the switch grants this job's packets.
+        policy: the end-host priority policy (default: ESA's intensity policy with ageing).
+        min_rto, max_rto: bounds of the adaptive resend timeout (default 20 ms, and 1 s or a
+            quarter of ``peer_timeout``); ``min_rto`` should exceed the usual skew between
+            workers, since a resend flushes the chunk from the switch to the PS.
+        peer_timeout: a chunk without a result this long fails the training step with a
+            TransportError that says who did not answer.
+    """
+
+    def __init__(
+        self,
+        ps: Aggregator,
+        switch: Optional[Aggregator],
+        *,
+        bind: Optional[str],
+        job: Optional[int],
+        window: Optional[int],
+        priority_cap: int,
+        policy: Optional[PriorityPolicy],
+        min_rto: float,
+        max_rto: Optional[float],
+        peer_timeout: float,
+    ) -> None:
+        self._engine: Optional[UdpEngine] = None  # before the base sets bytes_sent
+        super().__init__()
+        if job is None and os.environ.get(ENVIRONMENT["job"]):
+            job = int(os.environ[ENVIRONMENT["job"]])
+        if job is not None and not 0 <= job < 1 << 16:
+            raise ValueError(f"job must be in 0..65535, got {job}")
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1 chunk, got {window}")
+        if max_rto is None:
+            max_rto = max(min_rto, min(1.0, peer_timeout / 4))
+        if not 0 < min_rto <= max_rto < peer_timeout:
+            raise ValueError(f"need 0 < min_rto <= max_rto < peer_timeout, got {min_rto}, {max_rto}, {peer_timeout}")
+        self._ps, self._switch = ps, switch
+        self._bind, self._job, self._window = bind, job, window
+        self._priority_cap, self._policy = priority_cap, policy
+        self._timing = {"min_rto": min_rto, "max_rto": max_rto, "peer_timeout": peer_timeout,
+                        "initial_rto": min(max(_INITIAL_RTO, min_rto), max_rto)}  # fmt: skip
+        self._config: Optional[THCConfig] = None
+        self._workers = 0
+        self._lane_bits = 0
+        self._words = 0
+        self.job: Optional[int] = None
+        self._closer: Optional[weakref.finalize] = None
+
+    # --- bootstrap --------------------------------------------------------------------
+
+    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup) -> None:
+        """Bind the socket, exchange addresses, register the job (rank 0) and start the engine."""
+        if self._engine is not None:
+            raise ValueError("this transport serves a THCState already; build one transport per THCState")
+        group, config = process_group, codec.config
+        rank, workers = group.rank(), group.size()
+        self._config, self._workers = config, workers
+        self._lane_bits = sum_lane_bits(workers, config.granularity)
+        deployment: Deployment = agree(group, lambda: locate(self._ps, self._switch))
+        sock = bind_socket(self._bind, deployment.destination)
+        try:
+            addresses = [None] * workers
+            dist.all_gather_object(addresses, sock.getsockname()[:2], group=group)
+            spec = self._spec(deployment, [tuple(a) for a in addresses])
+            registration: Registration = agree(
+                group, lambda: register(self._ps, self._switch, deployment, spec, pick_job=self._job is None)
+            )
+        except BaseException:
+            sock.close()
+            raise
+        self.job, self._words = registration.job, deployment.words
+        engine_config = EngineConfig(
+            job=registration.job, rank=rank, workers=workers, words=deployment.words, window=spec.window,
+            destination=deployment.destination, sources=frozenset(filter(None, (deployment.switch, deployment.ps))),
+            pool=deployment.pool, slot_base=registration.slot_base, ps_only=self._switch is None, **self._timing,
+        )  # fmt: skip
+        self._engine = UdpEngine(engine_config, sock, self._policy)
+        owner = (self._ps, self._switch, registration.job) if rank == 0 else None
+        self._closer = weakref.finalize(self, _shut_down, self._engine, owner)
+        dist.barrier(group=group)
+        logger.info("job %d, rank %d: %s at %s:%d, window %d", registration.job, rank, type(self).__name__,
+                    *self._engine.address, spec.window)  # fmt: skip
+
+    def _spec(self, deployment: Deployment, workers: list[tuple[str, int]]) -> JobSpec:
+        """The job as rank 0 registers it (the PS-only form: the switch gets it without index_bits and table)."""
+        window = self._window or self._default_window(deployment)
+        job = self._job if self._job is not None else derived_job(workers)
+        ps_only = self._switch is None
+        return JobSpec(
+            job=job, workers=tuple(Endpoint(*w) for w in workers), window=window, lane_bits=self._lane_bits,
+            priority_cap=self._priority_cap, index_bits=self._config.bits if ps_only else 0,
+            table=self._config.table if ps_only else (),
+        )  # fmt: skip
+
+    def _default_window(self, deployment: Deployment) -> int:
+        return 64
+
+    # --- reductions -------------------------------------------------------------------
+
+    @property
+    def bytes_sent(self) -> int:  # type: ignore[override]
+        """UDP payload bytes this worker has sent: headers, resends and the norms' MAX chunks included."""
+        return self._sent_before + (self._engine.bytes_sent if self._engine is not None else 0)
+
+    @bytes_sent.setter
+    def bytes_sent(self, value: int) -> None:  # resetting the meter keeps counting from there
+        self._sent_before = value - (self._engine.bytes_sent if self._engine is not None else 0)
+
+    def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
+        """One MAX chunk: the fp32 bit pattern of the non-negative norm, whose unsigned order is the numeric one."""
+        word = np.array([float(norm)], dtype=np.float32).view(np.uint32)
+        device = norm.device
+
+        def scalar(result: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(result[:1].view(np.float32).copy()).to(device)[0]
+
+        return _torch_future(self._running().submit(word, op="max", lane_bits=32), scalar, device)
+
+    def table_sum(
+        self, indices: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
+    ) -> torch.futures.Future[torch.Tensor]:
+        engine = self._running()
+        if workers != self._workers or codec.config != self._config:
+            raise ValueError(
+                f"this transport was attached for {self._workers} workers and {self._config}, "
+                f"not {workers} workers and {codec.config}"
+            )
+        words, index_bits = self._payload(indices, codec)
+        count, device = indices.numel(), indices.device
+
+        def sums(result: np.ndarray) -> torch.Tensor:
+            return self._unpack(torch.from_numpy(result.view(np.int32)).to(device), index_bits, count)
+
+        future = engine.submit(words.cpu().numpy().view(np.uint32), op="sum", lane_bits=self._lane_bits, index_bits=index_bits)
+        return _torch_future(future, sums, device)
+
+    @abstractmethod
+    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
+        """The SUM reduction's int32 words and its index_bits (0: lanes)."""
+
+    def _unpack(self, words: torch.Tensor, index_bits: int, count: int) -> torch.Tensor:
+        """The first `count` lane sums, as the collective would return them (uint8 for 8-bit lanes, else int32)."""
+        return unpack_bits(words, self._lane_bits, count)
+
+    def _running(self) -> UdpEngine:
+        if self._engine is None:
+            raise RuntimeError(
+                f"{type(self).__name__} is not attached: pass it to THCState(transport=...), "
+                "or call transport.attach(state.codec, process_group) on every worker"
+            )
+        return self._engine
+
+    def close(self) -> None:
+        """Stop the engine and release the socket; rank 0 also deregisters the job.
+
+        Close every rank once all are done (after a barrier): a rank still waiting for a lost
+        result needs the job registered to get it back.
+        """
+        if self._closer is not None:
+            self._closer()
+
+
+class SwitchTransport(_UdpTransport):
+    """THC table values in lanes of ``w = sum_lane_bits(workers, granularity)`` bits, added by the switch.
+
+    ``switch`` and ``ps`` are UDP data addresses (``host:port``; default INA_SWITCH and INA_PS,
+    else what the control APIs report); ``switch_control`` and ``ps_control`` their control APIs
+    (default INA_SWITCH_CONTROL and INA_PS_CONTROL, else the data host at ports 47180 and 47181,
+    else 127.0.0.1). The window defaults to the switch's whole pool, at most 64 chunks.
+    See :class:`_UdpTransport` for the other options.
+
+    Example::
+        >>> # xdoctest: +SKIP
+        >>> transport = SwitchTransport(switch="10.0.0.1:47100", ps="10.0.0.2:47101", peer_timeout=10.0)
+        >>> ddp_model.register_comm_hook(THCState(transport=transport), thc_hook)
+    """
+
+    def __init__(
+        self,
+        switch: Optional[str] = None,
+        ps: Optional[str] = None,
+        *,
+        switch_control: Optional[str] = None,
+        ps_control: Optional[str] = None,
+        bind: Optional[str] = None,
+        job: Optional[int] = None,
+        window: Optional[int] = None,
+        priority_cap: int = 255,
+        policy: Optional[PriorityPolicy] = None,
+        min_rto: float = 0.02,
+        max_rto: Optional[float] = None,
+        peer_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(
+            Aggregator.configure("ps", ps, ps_control), Aggregator.configure("switch", switch, switch_control),
+            bind=bind, job=job, window=window, priority_cap=priority_cap, policy=policy,
+            min_rto=min_rto, max_rto=max_rto, peer_timeout=peer_timeout,
+        )  # fmt: skip
+
+    def _default_window(self, deployment: Deployment) -> int:
+        return min(deployment.pool, 64)
+
+    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
+        return pack_bits(codec.table_values(indices), self._lane_bits), 0
+
+
+class PSTransport(_UdpTransport):
+    """THC table indices (b bits each) to the PS, which looks them up and adds them: no switch.
+
+    ``ps`` is the PS's UDP data address and ``ps_control`` its control API, as for
+    :class:`SwitchTransport`. The window defaults to 64 chunks.
+    """
+
+    def __init__(
+        self,
+        ps: Optional[str] = None,
+        *,
+        ps_control: Optional[str] = None,
+        bind: Optional[str] = None,
+        job: Optional[int] = None,
+        window: Optional[int] = None,
+        priority_cap: int = 255,
+        policy: Optional[PriorityPolicy] = None,
+        min_rto: float = 0.02,
+        max_rto: Optional[float] = None,
+        peer_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(
+            Aggregator.configure("ps", ps, ps_control), None,
+            bind=bind, job=job, window=window, priority_cap=priority_cap, policy=policy,
+            min_rto=min_rto, max_rto=max_rto, peer_timeout=peer_timeout,
+        )  # fmt: skip
+
+    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
+        return pack_bits(indices, codec.config.bits), codec.config.bits
+
+    def _unpack(self, words: torch.Tensor, index_bits: int, count: int) -> torch.Tensor:
+        """Each chunk's RESULT holds the lanes of its K * floor(32/b) indices, padded to whole words."""
+        per_chunk = self._words * fields_per_word(index_bits)
+        lanes_per_result = result_words(self._words, index_bits, self._lane_bits) * fields_per_word(self._lane_bits)
+        chunks = words.numel() // result_words(self._words, index_bits, self._lane_bits)
+        lanes = unpack_bits(words, self._lane_bits, chunks * lanes_per_result)
+        return lanes.view(chunks, lanes_per_result)[:, :per_chunk].reshape(-1)[:count]
+
+
+def _torch_future(
+    future: Future, convert: Callable[[np.ndarray], torch.Tensor], device: torch.device
+) -> torch.futures.Future[torch.Tensor]:
+    """A torch future that completes with `convert(sums)` (a tensor on `device`), or with the engine's error.
+
+    It completes on the engine's thread; on a GPU it records the stream it was completed on, and
+    whoever waits for it waits for that stream, as for NCCL's futures.
+    """
+    result: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
+
+    def done(finished: Future) -> None:
+        try:
+            value = convert(finished.result())
+        except Exception as error:  # noqa: BLE001 - the hook's future carries it to the training step
+            result.set_exception(error)
+        else:
+            result.set_result(value)
+
+    future.add_done_callback(done)
+    return result
+
+
+def _shut_down(engine: UdpEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]]) -> None:
+    """Stop the engine; the owner (rank 0) deregisters the job. A finalizer: it must not hold the transport."""
+    engine.close()
+    if owner is not None:
+        deregister(*owner)

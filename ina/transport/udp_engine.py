@@ -1,0 +1,127 @@
+"""A worker's `Engine` on a real UDP socket, served by a thread of its own.
+
+The engine is sans-IO and not thread-safe; the training thread submits reductions while
+packets arrive at any time. So one thread (a `UdpRunner`) owns the engine: submissions
+reach it through `UdpRunner.call_soon`, and results leave it as `concurrent.futures.Future`s,
+completed on that thread. Torch-free, so it is tested without a process group.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Literal, NamedTuple, Sequence
+
+import numpy as np
+
+from ina.net.node import Datagram
+from ina.net.udp import UdpRunner
+from ina.transport.engine import Engine, EngineConfig
+from ina.transport.errors import TransportError
+from ina.transport.priority import PriorityPolicy
+
+
+class _Submission(NamedTuple):
+    future: Future
+    words: np.ndarray
+    op: Literal["sum", "max"]
+    lane_bits: int
+    index_bits: int
+
+
+class UdpEngine:
+    """`Engine(config, policy)` served on `sock` (bound; this object then owns it) until `close()`.
+
+    `submit` may be called from any thread. Each reduction's future gets its uint32 sums
+    (`Engine.completed`), or the engine's `TransportError` once a peer stays silent for
+    `peer_timeout`; after an error or `close()` every pending and later future fails with it.
+    `bytes_sent` counts the UDP payload bytes handed to the socket: headers and resends included.
+    """
+
+    def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> None:
+        self.engine = Engine(config, policy)
+        self.bytes_sent = 0
+        self._lock = threading.Lock()
+        self._inbox: deque[_Submission] = deque()  # submitted, not yet handed to the engine
+        self._pending: deque[Future] = deque()  # handed to the engine, in handle order (runner thread only)
+        self._failure: BaseException | None = None
+        self.runner = UdpRunner(self, sock)
+        self._thread = threading.Thread(target=self._serve, name=f"ina-job{config.job}-rank{config.rank}", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.runner.address
+
+    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0) -> Future:
+        """Queue one reduction (see `Engine.submit`); its future completes on the serving thread."""
+        future: Future = Future()
+        with self._lock:
+            if self._failure is not None:
+                future.set_exception(self._failure)
+                return future
+            self._inbox.append(_Submission(future, words, op, lane_bits, index_bits))
+        self.runner.call_soon(self._take)
+        return future
+
+    def close(self) -> None:
+        """Stop serving, fail what is unfinished, and release the socket; calling it twice is harmless."""
+        self.runner.stop()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self.runner.close()
+
+    # --- on the serving thread ---------------------------------------------------------
+
+    def _take(self) -> None:
+        with self._lock:
+            submissions, self._inbox = self._inbox, deque()
+        now = self.runner.clock()
+        for s in submissions:
+            try:
+                self.engine.submit(s.words, op=s.op, lane_bits=s.lane_bits, index_bits=s.index_bits, now=now)
+            except BaseException as error:  # noqa: BLE001 - the submitter hears of it through its future
+                s.future.set_exception(error)
+            else:
+                self._pending.append(s.future)
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        return self._settle(self.engine.receive(datagrams, now))
+
+    def tick(self, now: float) -> list[Datagram]:
+        return self._settle(self.engine.tick(now))
+
+    def next_deadline(self) -> float | None:
+        return self.engine.next_deadline()
+
+    def _settle(self, out: list[Datagram]) -> list[Datagram]:
+        """Count what leaves, complete finished reductions, and fail everything once the engine has failed."""
+        self.bytes_sent += sum(len(d.data) for d in out)
+        for _handle, words in self.engine.completed():
+            self._pending.popleft().set_result(words)
+        if self.engine.error is not None:
+            self._fail(self.engine.error)
+            self.runner.stop()
+        return out
+
+    def _serve(self) -> None:
+        try:
+            self.runner.serve_forever()
+        except BaseException as error:  # noqa: BLE001 - reported through every future
+            failure = TransportError(f"the transport's packet loop failed: {error!r}")
+            failure.__cause__ = error
+            self._fail(failure)
+        self._fail(TransportError("the transport is closed"))
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail every unfinished reduction, and every later one, with the first error."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            error = self._failure
+            submissions, self._inbox = self._inbox, deque()
+        for future in [s.future for s in submissions] + list(self._pending):
+            future.set_exception(error)
+        self._pending.clear()

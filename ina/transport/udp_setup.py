@@ -1,0 +1,195 @@
+"""How the workers of a job find the switch and the PS, and register the job (docs/protocol.md, section 7).
+
+Only rank 0 talks to the control APIs; it hands what it learnt (or why it failed) to every
+rank over the process group, so a missing switch stops every worker with the same message
+instead of leaving the others waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import zlib
+from dataclasses import dataclass, replace
+from typing import Any, Callable, TypeVar
+
+from ina.control import Endpoint, JobSpec
+from ina.control.http import ControlClient, ControlError
+from ina.net.node import Address
+from ina.net.udp import open_socket, parse_address
+from ina.protocol import DEFAULT_PS_CONTROL_PORT, DEFAULT_SWITCH_CONTROL_PORT
+from ina.transport.errors import TransportError
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+ENVIRONMENT = {
+    "switch": "INA_SWITCH",  # the switch's UDP data address, host:port
+    "ps": "INA_PS",  # the PS's UDP data address, host:port
+    "bind": "INA_BIND",  # the numeric IPv4 address workers bind (default: the one that routes to the aggregator)
+    "job": "INA_JOB",  # the job id (default: derived from the workers' addresses, the first free one)
+}
+"""Environment variables read when an option is not given; INA_SWITCH_CONTROL and INA_PS_CONTROL
+name the control APIs (default: the data host, ports 47180 and 47181)."""
+_CONTROL_PORTS = {"switch": DEFAULT_SWITCH_CONTROL_PORT, "ps": DEFAULT_PS_CONTROL_PORT}
+_COMMANDS = {"switch": "ina switch", "ps": "ina ps"}
+
+
+@dataclass(frozen=True)
+class Aggregator:
+    """A switch or a PS as a worker reaches it: its control API, and its data address if given
+    (else the one its control API reports)."""
+
+    role: str  # "switch" or "ps"
+    control: Address
+    data: Address | None = None
+
+    @classmethod
+    def configure(cls, role: str, data: str | None = None, control: str | None = None) -> Aggregator:
+        """From explicit `host:port` options, else the environment, else the defaults (loopback)."""
+        variable = ENVIRONMENT[role]
+        data = data or os.environ.get(variable) or None
+        control = control or os.environ.get(f"{variable}_CONTROL") or None
+        data_address = None if data is None else parse_address(data, f"the {role} address ({role}= or {variable})")
+        if control is None:
+            host = "127.0.0.1" if data_address is None else data_address[0]
+            return cls(role, (host, _CONTROL_PORTS[role]), data_address)
+        return cls(role, parse_address(control, f"the {role} control address ({role}_control= or {variable}_CONTROL)"), data_address)
+
+    def client(self) -> ControlClient:
+        return ControlClient(*self.control)
+
+    def describe(self) -> dict[str, Any]:
+        """Its health and configuration, with `listen` as the numeric address workers send to.
+
+        Raises TransportError saying what to start or set when nothing answers."""
+        variable = ENVIRONMENT[self.role]
+        host, port = self.control
+        try:
+            health = self.client().health()
+            config = self.client().config()
+        except ControlError as error:
+            raise TransportError(
+                f"no {self.role} control API answers at {host}:{port} ({error}). Start `{_COMMANDS[self.role]}` "
+                f"there, or point the workers at yours: set {variable}=host:port (and {variable}_CONTROL=host:port "
+                f"unless its control port is {_CONTROL_PORTS[self.role]}), or pass {self.role}=... to the transport"
+            ) from None
+        if health.get("role") != self.role:
+            raise TransportError(f"{host}:{port} is the control API of a {health.get('role')!r}, not of a {self.role}; check {variable}_CONTROL")
+        listen_host, listen_port = parse_address(config["listen"], f"the {self.role}'s reported address")
+        if listen_host in ("0.0.0.0", ""):
+            listen_host = host  # bound to every interface: reachable where its control API is
+        data = self.data or (listen_host, listen_port)
+        if self.data is not None and self.data[1] != listen_port:
+            logger.warning("%s says the %s listens on port %d, but it was given as %s:%d", self.control, self.role, listen_port, *self.data)
+        return config | {"listen": (_numeric(data[0], variable), data[1])}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What every worker needs to know of the aggregators: K, the switch's pool, their data addresses."""
+
+    words: int
+    pool: int  # 1 without a switch
+    ps: Address
+    switch: Address | None
+
+    @property
+    def destination(self) -> Address:
+        """Where DATA goes: the switch, or the PS in PS-only mode."""
+        return self.switch or self.ps
+
+
+def locate(ps: Aggregator, switch: Aggregator | None) -> Deployment:
+    """Ask the control APIs (rank 0) how the aggregators are set up; they must agree on K."""
+    switch_config = switch.describe() if switch else None  # the destination first: its absence is the news
+    ps_config = ps.describe()
+    if switch_config is None:
+        return Deployment(ps_config["words"], 1, ps_config["listen"], None)
+    if switch_config["words"] != ps_config["words"]:
+        raise TransportError(
+            f"the switch carries {switch_config['words']} words per packet and the PS {ps_config['words']}: "
+            "start both with the same --words"
+        )
+    return Deployment(switch_config["words"], switch_config["pool"], ps_config["listen"], switch_config["listen"])
+
+
+@dataclass(frozen=True)
+class Registration:
+    job: int
+    slot_base: int
+
+
+def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, spec: JobSpec, pick_job: bool) -> Registration:
+    """Register the job with the PS, then the switch (rank 0); `pick_job` moves `spec.job` to the
+    first id registered with neither, so that concurrent jobs do not clash."""
+    ps_client, switch_client = ps.client(), switch.client() if switch else None
+    if pick_job:
+        taken = {entry["job"] for client in (ps_client, switch_client) if client for entry in client.jobs()}
+        free = next(j % (1 << 16) for j in range(spec.job, spec.job + (1 << 16)) if j % (1 << 16) not in taken)
+        spec = replace(spec, job=free)
+    switch_address = None if deployment.switch is None else Endpoint(*deployment.switch)
+    ps_client.register(replace(spec, switch=switch_address))
+    if switch_client is None:
+        return Registration(spec.job, 0)
+    try:
+        answer = switch_client.register(replace(spec, ps=Endpoint(*deployment.ps), index_bits=0, table=()))
+    except ControlError:
+        ps_client.deregister(spec.job)
+        raise
+    return Registration(spec.job, answer["slot_base"])
+
+
+def deregister(ps: Aggregator, switch: Aggregator | None, job: int) -> None:
+    """Remove the job from the switch and the PS; one that is gone already is not an error."""
+    for aggregator in (switch, ps):
+        if aggregator is not None:
+            try:
+                aggregator.client().deregister(job)
+            except ControlError as error:
+                logger.info("deregistering job %d: %s", job, error)
+
+
+def derived_job(workers: list[Address]) -> int:
+    """A job id from the workers' addresses: no two running jobs share a worker address."""
+    return zlib.crc32(repr(workers).encode()) & 0xFFFF
+
+
+def bind_socket(bind: str | None, toward: Address) -> socket.socket:
+    """A UDP socket on `bind` (host or host:port; INA_BIND), else on the local address that routes to `toward`."""
+    bind = bind or os.environ.get(ENVIRONMENT["bind"]) or None
+    if bind is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(toward)  # picks the route, sends nothing
+            address: Address = (probe.getsockname()[0], 0)
+    else:
+        address = parse_address(bind if ":" in bind else f"{bind}:0", "the worker address (bind= or INA_BIND)")
+        address = (_numeric(address[0], ENVIRONMENT["bind"]), address[1])
+    return open_socket(address)
+
+
+def agree(group: Any, decide: Callable[[], T]) -> T:
+    """Rank 0 of `group` runs `decide`; every rank returns its value, or raises its error."""
+    import torch.distributed as dist
+
+    outcome: list[Any] = [None]
+    if group.rank() == 0:
+        try:
+            outcome[0] = ("ok", decide())
+        except Exception as error:  # noqa: BLE001 - every rank must hear of it, or the others wait forever
+            known = isinstance(error, (TransportError, ControlError, ValueError))
+            outcome[0] = ("error", str(error) if known else repr(error))
+    dist.broadcast_object_list(outcome, src=dist.get_global_rank(group, 0), group=group)
+    status, value = outcome[0]
+    if status != "ok":
+        raise TransportError(value)
+    return value
+
+
+def _numeric(host: str, variable: str) -> str:
+    """Packets arrive from numeric addresses, and the aggregators match registered ones."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError as error:
+        raise TransportError(f"cannot resolve {host!r} ({error}); check {variable}") from None

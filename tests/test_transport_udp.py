@@ -1,0 +1,167 @@
+"""The switch and PS transports in real worker processes: exact sums, DDP training, failures.
+
+A software switch and a PS run on loopback (``LocalAggregators``, in the test process or in
+rank 0); workers are gloo processes on this machine.
+"""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import loss_on, mlp, regression_problem, shard, train
+from torch.nn.parallel import DistributedDataParallel
+
+from ina import THCState, thc_hook
+from ina.compression import THCCodec, THCConfig, sum_lane_bits
+from ina.launch import LocalAggregators, run_workers
+from ina.transport import create_transport
+from ina.transport.collective import CollectiveTransport
+from ina.transport.errors import TransportError
+
+UDP_TRANSPORTS = ("switch", "ps")
+
+# (workers, bits, granularity): 8-bit lanes, odd index widths (3 and 5 bits: 10 and 6 per word),
+# and 16-bit lanes. 32-bit lanes need workers * granularity > 65535, beyond THC's 32 x 255:
+# tests/test_transport_udp_engine.py sums them through the engine.
+SUM_CASES = [(4, 4, 30), (3, 3, 7), (2, 8, 255), (4, 5, 100)]
+
+
+@pytest.fixture(scope="module")
+def aggregators():
+    with LocalAggregators() as local:
+        yield local
+
+
+def _sums(rank: int, workers: int, options: dict[str, dict[str, str]]) -> list[tuple]:
+    """For each case, on a group of its first ranks: every transport's sums and max next to the collective's."""
+    outcomes = []
+    for n, bits, granularity in SUM_CASES:
+        group = dist.new_group(list(range(n)))
+        if rank >= n:
+            continue
+        codec = THCCodec(THCConfig(bits=bits, granularity=granularity))
+        generator = torch.Generator().manual_seed(100 * rank + bits)
+        buckets = [torch.randint(0, 2**bits, (size,), dtype=torch.uint8, generator=generator) for size in (5000, 1, 777)]
+        norms = [torch.rand((), generator=generator) * 10**exponent for exponent in (-3, 0, 6)]
+        transports = {"collective": CollectiveTransport(group)}
+        for name in UDP_TRANSPORTS:
+            transports[name] = create_transport(name, group, **options[name])
+            transports[name].attach(codec, group)
+        results = {
+            name: ([t.table_sum(b, codec, n, bucket=i).wait() for i, b in enumerate(buckets)],
+                   [t.norm_max(m, bucket=i).wait() for i, m in enumerate(norms)])
+            for name, t in transports.items()
+        }  # fmt: skip
+        for name in UDP_TRANSPORTS:
+            transports[name].close()
+        outcomes.append(((n, bits, granularity), results))
+    return outcomes
+
+
+def test_switch_and_ps_sums_are_bit_identical_to_the_collective(aggregators):
+    options = {name: aggregators.options(name) for name in UDP_TRANSPORTS}
+    widths = set()
+    for case, results in run_workers(_sums, 4, options)[0]:
+        n, _, granularity = case
+        widths.add(sum_lane_bits(n, granularity))
+        expected_sums, expected_max = results["collective"]
+        for name in UDP_TRANSPORTS:
+            sums, maxima = results[name]
+            for got, want in zip(sums, expected_sums):
+                assert got.dtype == want.dtype and torch.equal(got, want), (name, case)
+            for got, want in zip(maxima, expected_max):
+                assert got.shape == () and torch.equal(got, want), (name, case)
+    assert widths == {8, 16}
+
+
+def _losses(rank: int, workers: int, options: dict[str, dict[str, str]]) -> dict[str, object]:
+    """The same training with each transport: final loss and compressed bytes sent per step."""
+    data = regression_problem()
+    outcome = {}
+    for name in ("collective", *UDP_TRANSPORTS):
+        model = mlp()
+        state = THCState(start_iter=2, transport=create_transport(name, None, **options.get(name, {})))
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(state, thc_hook)
+        train(ddp, data, range(20), lr=0.2)
+        with torch.no_grad():
+            outcome[name] = (loss_on(model, *data).item(), state.transport.bytes_sent / 18)
+        dist.barrier()
+        state.transport.close()
+    return outcome
+
+
+def test_ddp_training_through_the_switch_and_the_ps_ends_at_the_collective_loss(aggregators):
+    options = {name: aggregators.options(name) for name in UDP_TRANSPORTS}
+    results = run_workers(_losses, 4, options, timeout=60)
+    losses = {name: loss for name, (loss, _) in results[0].items()}
+    # Same seeds, same exact integer sums, the same decoding: the same bits, not just close.
+    assert losses["switch"] == losses["collective"] and losses["ps"] == losses["collective"], losses
+    for result in results:
+        assert {name: loss for name, (loss, _) in result.items()} == losses
+        # one 2,372-element bucket pads to 3,072 coordinates: 12 switch chunks of 256 (8-bit lanes)
+        # or 6 PS chunks of 512 (4-bit indices), plus one MAX chunk, 276 bytes each (resends add more)
+        assert result["switch"][1] >= 13 * 276 and result["ps"][1] >= 7 * 276, result
+    assert aggregators.switch.counters()["unregistered"] == 0
+    assert aggregators.switch.jobs() == [] and aggregators.ps.jobs() == []  # rank 0 deregistered on close
+
+
+def _train_until_the_aggregator_dies(rank: int, workers: int, transport: str) -> tuple[str, str, float]:
+    """Rank 0 hosts the switch and the PS and stops one of them at step 5; every rank reports its error."""
+    local = LocalAggregators() if rank == 0 else None
+    box = [local.options(transport) if local else None]
+    dist.broadcast_object_list(box, src=0)
+    x, y = regression_problem()
+    model = mlp()
+    ddp = DistributedDataParallel(model)
+    state = THCState(start_iter=1, transport=create_transport(transport, None, peer_timeout=1.0, **box[0]))
+    ddp.register_comm_hook(state, thc_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    stopped = time.monotonic()
+    try:
+        for step in range(10):
+            if step == 5:
+                if local:
+                    (local.switch if transport == "switch" else local.ps).close()
+                stopped = time.monotonic()
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+    except Exception as error:  # noqa: BLE001 - reported to the test
+        return type(error).__name__, str(error), time.monotonic() - stopped
+    finally:
+        state.transport.close()
+        if local:
+            local.close()
+    return "no error", "", time.monotonic() - stopped
+
+
+@pytest.mark.parametrize("transport", UDP_TRANSPORTS)
+def test_a_dead_aggregator_stops_training_with_the_engines_error_within_the_peer_timeout(transport):
+    destination = "switch" if transport == "switch" else "PS"
+    for kind, message, after in run_workers(_train_until_the_aggregator_dies, 2, transport, timeout=60):
+        assert kind == "TransportError", message
+        assert f"got no result within peer_timeout=1.0s from the {destination} at 127.0.0.1:" in message
+        assert after < 1.0 + 3.0, after  # the peer timeout, plus a step's work and a loaded machine's slack
+
+
+def _start_without_aggregators(rank: int, workers: int, transport: str, environment: dict[str, str]) -> tuple[str, float]:
+    os.environ.update(environment)
+    started = time.monotonic()
+    try:
+        THCState(transport=transport)
+    except TransportError as error:
+        return str(error), time.monotonic() - started
+    return "no error", 0.0
+
+
+@pytest.mark.parametrize("transport", UDP_TRANSPORTS)
+def test_a_missing_aggregator_stops_every_worker_at_start_saying_what_to_set(transport):
+    environment = {"INA_SWITCH_CONTROL": "127.0.0.1:9", "INA_PS_CONTROL": "127.0.0.1:9"}  # nothing listens there
+    variable = f"INA_{transport.upper()}"
+    for message, took in run_workers(_start_without_aggregators, 2, transport, environment, timeout=30):
+        assert message.startswith(f"no {transport} control API answers at 127.0.0.1:9 "), message
+        assert f"Start `ina {transport}` there" in message and f"set {variable}=host:port" in message, message
+        assert took < 5
