@@ -6,12 +6,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-import signal
-import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ina.net.service import run_service
 from ina.net.udp import parse_address
 from ina.protocol import DEFAULT_PS_CONTROL_PORT
 from ina.ps.core import ParameterServer
@@ -53,22 +51,7 @@ def build(args: argparse.Namespace) -> PSServer:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM; exit status 2 on a bad configuration."""
-    try:
-        server = build(args)
-    except ValueError as error:
-        print(f"ina ps: {error}", file=sys.stderr)
-        return 2
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: server.stop())
-    (host, port), (chost, cport) = server.address, server.control_address
-    print(f"ina ps: data udp://{host}:{port}, control http://{chost}:{cport}, words {server.core.words}", flush=True)
-    try:
-        server.serve_forever()
-    finally:
-        counters = server.counters()
-        server.close()
-    print(f"ina ps: stopped; counters {json.dumps(counters)}", flush=True)
-    return 0
+    return run_service("ps", lambda: build(args), lambda server: f"words {server.core.words}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

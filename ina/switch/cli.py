@@ -6,11 +6,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-import signal
-import sys
 from typing import Any, Sequence
 
+from ina.net.service import run_service
 from ina.net.udp import parse_address
 from ina.protocol import DEFAULT_SWITCH_CONTROL_PORT, INA_PORT
 from ina.switch.config import POLICIES, SwitchConfig
@@ -48,8 +46,6 @@ def register(subcommands: Any) -> None:
 
 def build(args: argparse.Namespace) -> SwitchServer:
     """The server the arguments describe; ValueError says which option to change."""
-    if args.batch < 1:
-        raise ValueError(f"--batch must be at least 1, got {args.batch}")
     config = SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout)
     faults = Faults(args.drop, args.duplicate, args.reorder, args.fault_seed)
     faults.injectors()  # validates the rates
@@ -59,24 +55,12 @@ def build(args: argparse.Namespace) -> SwitchServer:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM; exit status 2 on a bad configuration."""
-    try:
-        server = build(args)
-    except ValueError as error:
-        print(f"ina switch: {error}", file=sys.stderr)
-        return 2
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: server.stop())
-    config = server.core.settings
-    (host, port), (chost, cport) = server.address, server.control_address
-    print(f"ina switch: data udp://{host}:{port}, control http://{chost}:{cport}, pool {config.pool}, "
-          f"words {config.words}, policy {config.policy}", flush=True)  # fmt: skip
-    try:
-        server.serve_forever()
-    finally:
-        counters = server.counters()
-        server.close()
-    print(f"ina switch: stopped; counters {json.dumps(counters)}", flush=True)
-    return 0
+
+    def describe(server: SwitchServer) -> str:
+        config = server.core.settings
+        return f"pool {config.pool}, words {config.words}, policy {config.policy}"
+
+    return run_service("switch", lambda: build(args), describe)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

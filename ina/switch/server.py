@@ -6,10 +6,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ina.control import JobSpec
-from ina.control.http import ControlServer
 from ina.net.faults import FaultInjector, FaultyNode
 from ina.net.node import Address
-from ina.net.udp import UdpRunner
+from ina.net.service import Service
 from ina.switch.config import SwitchConfig
 from ina.switch.core import SwitchCore
 
@@ -31,7 +30,7 @@ class Faults:
         )
 
 
-class SwitchServer:
+class SwitchServer(Service):
     """`SwitchCore` served on `listen` (UDP) and its control API on `control` (HTTP).
 
     It is itself the control API's target: the core's job table, plus fault and I/O counters.
@@ -45,20 +44,7 @@ class SwitchServer:
         self.core = SwitchCore(config)
         self.faults = faults
         self._faulty = FaultyNode(self.core, *faults.injectors()) if any((faults.drop, faults.duplicate, faults.reorder)) else None
-        self.runner = _bind(lambda: UdpRunner.bind(self._faulty or self.core, listen, batch=batch), listen, "--listen")
-        try:
-            self.control = _bind(lambda: ControlServer(self, *control), control, "--control")
-        except ValueError:
-            self.runner.close()
-            raise
-
-    @property
-    def address(self) -> Address:
-        return self.runner.address
-
-    @property
-    def control_address(self) -> Address:
-        return self.control.address
+        super().__init__(self._faulty or self.core, listen, control, batch)
 
     # -- ControlTarget -----------------------------------------------------------------------
 
@@ -75,44 +61,8 @@ class SwitchServer:
         return self.core.jobs()
 
     def counters(self) -> dict[str, int]:
-        counts = self.core.counters() | {"send_refused": self.runner.refused}
+        counts = self.core.counters() | super().counters()
         if self._faulty is not None:
             for direction, injector in (("in", self._faulty.inbound), ("out", self._faulty.outbound)):
                 counts |= {f"fault_{direction}_{name}": value for name, value in asdict(injector.stats).items()}
         return counts
-
-    # -- life cycle --------------------------------------------------------------------------
-
-    def serve_forever(self) -> None:
-        """Serve packets in the calling thread until `stop()`; re-raises what stopped it."""
-        self.runner.serve_forever()
-
-    def start(self) -> SwitchServer:
-        """Serve packets on a background thread."""
-        self.runner.start()
-        return self
-
-    def stop(self) -> None:
-        """Ask the packet loop to return; safe from a signal handler."""
-        self.runner.stop()
-
-    def close(self) -> None:
-        self.control.close()
-        self.runner.close()
-        if self.runner.error is not None:
-            raise self.runner.error
-
-    def __enter__(self) -> SwitchServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _bind(open_: Any, address: Address, option: str) -> Any:
-    """Open a server on `address`, turning the OS's refusal into a message that says what to change."""
-    try:
-        return open_()
-    except OSError as error:
-        raise ValueError(f"{option} {address[0]}:{address[1]}: cannot bind ({error.strerror or error}); "
-                         f"choose another {option} address or port, or stop what holds it") from None

@@ -18,7 +18,7 @@ import os
 import weakref
 from abc import abstractmethod
 from concurrent.futures import Future
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -74,14 +74,14 @@ class _UdpTransport(Transport):
         ps: Aggregator,
         switch: Optional[Aggregator],
         *,
-        bind: Optional[str],
-        job: Optional[int],
-        window: Optional[int],
-        priority_cap: int,
-        policy: Optional[PriorityPolicy],
-        min_rto: float,
-        max_rto: Optional[float],
-        peer_timeout: float,
+        bind: Optional[str] = None,
+        job: Optional[int] = None,
+        window: Optional[int] = None,
+        priority_cap: int = 255,
+        policy: Optional[PriorityPolicy] = None,
+        min_rto: float = 0.02,
+        max_rto: Optional[float] = None,
+        peer_timeout: float = 30.0,
     ) -> None:
         self._engine: Optional[UdpEngine] = None  # before the base sets bytes_sent
         super().__init__()
@@ -243,20 +243,11 @@ class SwitchTransport(_UdpTransport):
         *,
         switch_control: Optional[str] = None,
         ps_control: Optional[str] = None,
-        bind: Optional[str] = None,
-        job: Optional[int] = None,
-        window: Optional[int] = None,
-        priority_cap: int = 255,
-        policy: Optional[PriorityPolicy] = None,
-        min_rto: float = 0.02,
-        max_rto: Optional[float] = None,
-        peer_timeout: float = 30.0,
+        **options: Any,
     ) -> None:
         super().__init__(
-            Aggregator.configure("ps", ps, ps_control), Aggregator.configure("switch", switch, switch_control),
-            bind=bind, job=job, window=window, priority_cap=priority_cap, policy=policy,
-            min_rto=min_rto, max_rto=max_rto, peer_timeout=peer_timeout,
-        )  # fmt: skip
+            Aggregator.configure("ps", ps, ps_control), Aggregator.configure("switch", switch, switch_control), **options
+        )
 
     def _default_window(self, deployment: Deployment) -> int:
         return min(deployment.pool, 64)
@@ -272,25 +263,8 @@ class PSTransport(_UdpTransport):
     :class:`SwitchTransport`. The window defaults to 64 chunks.
     """
 
-    def __init__(
-        self,
-        ps: Optional[str] = None,
-        *,
-        ps_control: Optional[str] = None,
-        bind: Optional[str] = None,
-        job: Optional[int] = None,
-        window: Optional[int] = None,
-        priority_cap: int = 255,
-        policy: Optional[PriorityPolicy] = None,
-        min_rto: float = 0.02,
-        max_rto: Optional[float] = None,
-        peer_timeout: float = 30.0,
-    ) -> None:
-        super().__init__(
-            Aggregator.configure("ps", ps, ps_control), None,
-            bind=bind, job=job, window=window, priority_cap=priority_cap, policy=policy,
-            min_rto=min_rto, max_rto=max_rto, peer_timeout=peer_timeout,
-        )  # fmt: skip
+    def __init__(self, ps: Optional[str] = None, *, ps_control: Optional[str] = None, **options: Any) -> None:
+        super().__init__(Aggregator.configure("ps", ps, ps_control), None, **options)
 
     def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
         return pack_bits(indices, codec.config.bits), codec.config.bits

@@ -1,0 +1,102 @@
+"""A packet program served on UDP with its control API on HTTP: what `ina switch` and `ina ps` share.
+
+`Service` binds both sockets (turning the OS's refusal into a message that names the option
+to change), runs the packet loop and stops both cleanly; `run_service` is the command-line
+life cycle around it: serve until Ctrl-C or SIGTERM, then print the counters.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ina.control.http import ControlServer
+from ina.net.node import Address, Node
+from ina.net.udp import UdpRunner
+
+T = TypeVar("T")
+
+
+def bind_or_explain(open_server: Callable[[], T], address: Address, option: str) -> T:
+    """Open a server on `address`; a refusal by the OS becomes a ValueError naming `option`."""
+    try:
+        return open_server()
+    except OSError as error:
+        raise ValueError(f"{option} {address[0]}:{address[1]}: cannot bind ({error.strerror or error}); "
+                         f"choose another {option} address or port, or stop what holds it") from None
+
+
+class Service:
+    """`node` served on `listen` (UDP), and the subclass's ControlTarget API on `control` (HTTP)."""
+
+    role = "service"
+
+    def __init__(self, node: Node, listen: Address, control: Address, batch: int) -> None:
+        if batch < 1:
+            raise ValueError(f"--batch must be at least 1, got {batch}")
+        self.runner = bind_or_explain(lambda: UdpRunner.bind(node, listen, batch=batch), listen, "--listen")
+        try:
+            self.control = bind_or_explain(lambda: ControlServer(self, *control), control, "--control")
+        except ValueError:
+            self.runner.close()
+            raise
+
+    @property
+    def address(self) -> Address:
+        return self.runner.address
+
+    @property
+    def control_address(self) -> Address:
+        return self.control.address
+
+    def counters(self) -> dict[str, int]:
+        return {"send_refused": self.runner.refused}
+
+    def serve_forever(self) -> None:
+        """Serve packets in the calling thread until `stop()`; re-raises what stopped it."""
+        self.runner.serve_forever()
+
+    def start(self: T) -> T:
+        """Serve packets on a background thread."""
+        self.runner.start()  # type: ignore[attr-defined]
+        return self
+
+    def stop(self) -> None:
+        """Ask the packet loop to return; safe from a signal handler."""
+        self.runner.stop()
+
+    def close(self) -> None:
+        """Stop both servers and release their sockets; re-raise what broke the packet loop, if anything."""
+        self.control.close()
+        self.runner.close()
+        if self.runner.error is not None:
+            raise self.runner.error
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:
+    """Build and serve until Ctrl-C or SIGTERM, then print the counters; exit status 2 on a bad configuration."""
+    try:
+        server = build()
+    except ValueError as error:
+        print(f"ina {name}: {error}", file=sys.stderr)
+        return 2
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: server.stop())
+    (host, port), (chost, cport) = server.address, server.control_address
+    print(f"ina {name}: data udp://{host}:{port}, control http://{chost}:{cport}, {describe(server)}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        counters = server.counters()
+        server.close()
+    print(f"ina {name}: stopped; counters {json.dumps(counters)}", flush=True)
+    return 0
