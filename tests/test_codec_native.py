@@ -142,3 +142,8 @@ def test_missing_extension_warns_once(monkeypatch):
         codec.rotate(torch.randn(10), round=0, bucket=0)
         codec.rotate(torch.randn(10), round=0, bucket=0)
     assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1
+
+
+@pytest.mark.skipif(not os.environ.get("INA_REQUIRE_NATIVE"), reason="INA_REQUIRE_NATIVE is not set (CI sets it)")
+def test_native_kernels_built_where_required():
+    assert native_available(), f"the C kernels did not load: {native.load_error}"
