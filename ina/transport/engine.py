@@ -300,8 +300,8 @@ class Engine:
         rows[:, _FLAGS_AT] |= _RESEND
         rows[:, _PRIORITY_AT] = [self._priority(r, now) for r in owners]
         out.rows.append(rows)
-        last = chunks.first_sent[due] + self.config.peer_timeout
-        chunks.deadline[due] = [min(now + self.rtt.backoff(retries), end) for retries, end in zip(chunks.retries[due].tolist(), last.tolist())]
+        retries, last = chunks.retries[due].tolist(), (chunks.first_sent[due] + self.config.peer_timeout).tolist()
+        chunks.deadline[due] = [min(now + self.rtt.backoff(n), end) for n, end in zip(retries, last)]
 
     def _priority(self, reduction: Reduction, now: float) -> int:
         """The policy's priority for the reduction's chunks sent at `now` (they were all queued at once)."""
@@ -316,7 +316,7 @@ class Engine:
         results of RESULTs before it, a STATUS after its chunk's RESULT is late)."""
         config = self.config
         headers, valid = read(frames, config.words)
-        ours = np.array([address in config.sources for address in frames.addresses] + [False])[frames.peer]
+        ours = np.array([address in config.sources for address in frames.addresses], dtype=bool)[frames.peer]
         kind = headers["kind"]
         known = (headers["job"] == config.job) & ((kind == _RESULT) | (kind == _STATUS) | (kind == _FETCH))
         self._count("foreign", int(np.count_nonzero(~ours)))
