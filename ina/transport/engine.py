@@ -8,6 +8,7 @@ The same object runs behind a UDP socket (`ina.net.udp`) and inside the simulato
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -16,11 +17,11 @@ import numpy as np
 
 from ina.net.frames import Frames
 from ina.net.node import Address, Datagram
-from ina.protocol import HEADER_DTYPE, HEADER_LEN, Flag, Header, Kind, result_words
+from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, result_words
 from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
-from ina.transport.chunks import NO_STATUS, SEQ_MASK, Outstanding, Reduction, ResultStore, result_length
+from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length
 from ina.transport.errors import TransportError
-from ina.transport.packets import data_packets, gather, read
+from ina.transport.packets import data_packets, payloads, read
 from ina.transport.priority import MAX_PRIORITY, IntensityPriority, PriorityPolicy
 from ina.transport.rto import RttEstimator
 
@@ -106,24 +107,29 @@ class _Outgoing:
         data = Frames.of_rows(np.concatenate(self.rows), destination) if self.rows else Frames.empty()
         return Frames.join([Frames.of(self.answers), data]) if self.answers else data
 
+    def datagrams(self, destination: Address) -> list[Datagram]:
+        """The same as `Datagram`s (the `Node` interface's form)."""
+        if not self.rows:
+            return self.answers
+        size = self.rows[0].shape[1]
+        data = np.concatenate(self.rows).tobytes()
+        return self.answers + [Datagram(data[at : at + size], destination) for at in range(0, len(data), size)]
+
 
 class Engine:
     """A worker's chunk stream: window, retransmission, delivery (see module docstring).
 
     Drive it as a `Node`, or with `receive_frames` and `tick_frames`, the same with `Frames`
     (what a batched socket moves); `submit` queues a reduction and makes `next_deadline()`
-    due so the driver's `tick` sends it. Collect results with `completed()`; a peer that
-    stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
+    due so the driver's `tick` sends it. Collect results with `completed()`;
+    a peer that stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
     It keeps its newest 2W results to answer its PS's FETCH (the PS lost a result another
     worker needs). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
     foreign (not from the switch or PS), malformed, unexpected (wrong job, kind, format,
     or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
     for a result not kept); failed.
-
-    Everything is done a batch at a time on arrays: a reduction's DATA packets are built when
-    it is submitted, a burst leaves as one block of rows, and a received batch's headers are
-    read and its RESULTs accepted together (in arrival order wherever order matters: see
-    `_accept`). There is no Python object per chunk.
+    Packets are built a reduction at a time, sent a burst at a time, and read a batch at a time
+    (`ina.transport.packets`); what remains per packet is the window's bookkeeping, in arrival order.
     Not thread-safe: a transport that submits from the training thread while a runner
     thread feeds packets must serialize the calls and wake the runner after `submit`.
     """
@@ -138,9 +144,10 @@ class Engine:
         self._next_seq = config.first_seq  # the next chunk submitted
         self._next_send = config.first_seq  # the next chunk sent for the first time
         self._next_handle = 0
-        self._unsent: deque[Reduction] = deque()  # reductions with chunks not sent yet; the first holds _next_send
-        self._reductions: deque[Reduction] = deque()  # not yet collected by completed()
-        self._outstanding = Outstanding(config.window)
+        self._unsent: deque[Reduction] = deque()  # reductions with chunks not sent yet, the first holds _next_send
+        self._outstanding: dict[int, Chunk] = {}  # in seq order
+        self._timers: list[tuple[float, int]] = []
+        self._reductions: deque[Reduction] = deque()
         self._results = ResultStore(2 * config.window)
 
     # ----------------------------------------------------------------- the worker's side
@@ -199,84 +206,86 @@ class Engine:
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing outstanding."""
-        return self._next_send == self._next_seq and not self._outstanding.count
+        return self._next_send == self._next_seq and not self._outstanding
 
     # ----------------------------------------------------------------- the Node interface
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self.receive_frames(Frames.of(datagrams), now).datagrams()
+        return self._receive(datagrams, None, now).datagrams(self.config.destination)
 
     def tick(self, now: float) -> list[Datagram]:
-        return self.tick_frames(now).datagrams()
+        return self._tick(now).datagrams(self.config.destination)
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        """`receive` for a batch in one buffer; the datagrams to send come back the same way."""
+        return self._receive(frames.datagrams(), frames, now).frames(self.config.destination)
+
+    def tick_frames(self, now: float) -> Frames:
+        """`tick`, with the datagrams to send in one buffer."""
+        return self._tick(now).frames(self.config.destination)
+
+    # ----------------------------------------------------------------- internals
+
+    def _receive(self, datagrams: Sequence[Datagram], frames: Frames | None, now: float) -> _Outgoing:
+        out = _Outgoing()
+        if self.error is None:
+            if datagrams:
+                self._accept(datagrams, frames, now, out)
+            self._pump(now, out)
+        return out
+
+    def _tick(self, now: float) -> _Outgoing:
+        out = _Outgoing()
+        if self.error is not None:
+            return out
+        due = []
+        while self._timers and self._timers[0][0] <= now:
+            deadline, seq = heapq.heappop(self._timers)
+            chunk = self._outstanding.get(seq)
+            if chunk is None or chunk.deadline != deadline:
+                continue
+            if now >= chunk.first_sent + self.config.peer_timeout:
+                self._fail(chunk)
+                return out
+            chunk.retries += 1
+            self.counters["resent"] += 1
+            due.append(chunk)
+        if due:
+            self._resend(due, now, out)
+        self._pump(now, out)
+        return out
 
     def next_deadline(self) -> float | None:
         if self.error is not None:
             return None
-        due = self._outstanding.next_deadline()
+        timers, outstanding = self._timers, self._outstanding
+        while timers:  # drop the timers of chunks completed or re-armed since
+            deadline, seq = timers[0]
+            chunk = outstanding.get(seq)
+            if chunk is not None and chunk.deadline == deadline:
+                break
+            heapq.heappop(timers)
+        due = timers[0][0] if timers else None
         if self._next_send < self._next_seq and self._window_open():
             ready = self._unsent[0].queued_at
             due = ready if due is None else min(due, ready)
         return due
 
-    def receive_frames(self, frames: Frames, now: float) -> Frames:
-        """`receive` for a batch in one buffer; the datagrams to send come back the same way."""
-        if self.error is not None:
-            return Frames.empty()
-        out = _Outgoing()
-        if len(frames):
-            self._accept(frames, now, out)
-        self._pump(now, out)
-        return out.frames(self.config.destination)
-
-    def tick_frames(self, now: float) -> Frames:
-        """`tick`, with the datagrams to send in one buffer: resends in the order their timers ran
-        out (by deadline, then seq), then what the window lets go."""
-        if self.error is not None:
-            return Frames.empty()
-        out = _Outgoing()
-        chunks = self._outstanding
-        due = np.flatnonzero(chunks.waiting & (chunks.deadline <= now))
-        if due.size:
-            due = due[np.lexsort((chunks.seq[due], chunks.deadline[due]))]
-            expired = now >= chunks.first_sent[due] + self.config.peer_timeout
-            if expired.any():
-                first = int(expired.argmax())
-                self._count("resent", first)  # those before it in the order were resent, as far as counting goes
-                self._fail(int(due[first]))
-                return Frames.empty()
-            self._resend(due, now, out)
-        self._pump(now, out)
-        return out.frames(self.config.destination)
-
-    # ----------------------------------------------------------------- internals
-
-    def _count(self, name: str, n: int) -> None:
-        if n:
-            self.counters[name] += n
+    def _oldest(self) -> int:
+        """The oldest chunk without its result (the next to send if none is outstanding)."""
+        return next(iter(self._outstanding)) if self._outstanding else self._next_send
 
     def _window_open(self) -> bool:
         """The next chunk may go: every chunk <= seq - W has its result."""
-        return self._next_send < self._outstanding.oldest(self._next_send) + self.config.window
-
-    def _unwrap(self, wire_seqs: np.ndarray) -> np.ndarray:
-        """The unwrapped seqs that 32-bit wire seqs name among the outstanding chunks (which span less than W)."""
-        oldest = self._outstanding.oldest(self._next_send)
-        return oldest + ((wire_seqs.astype(np.int64) - oldest) & SEQ_MASK)
-
-    def _owners(self, seqs: np.ndarray) -> tuple[list[Reduction], np.ndarray]:
-        """The reductions not yet collected, and which of them each of `seqs` (chunks among theirs) belongs to."""
-        reductions = list(self._reductions)
-        starts = np.fromiter((r.first_seq for r in reductions), dtype=np.int64, count=len(reductions))
-        return reductions, np.maximum(np.searchsorted(starts, seqs, side="right") - 1, 0)
+        return self._next_send < self._oldest() + self.config.window
 
     def _pump(self, now: float, out: _Outgoing) -> None:
         """Send every queued chunk the window lets go, a reduction's run of rows at a time."""
-        limit = min(self._next_seq, self._outstanding.oldest(self._next_send) + self.config.window)
+        limit = min(self._next_seq, self._oldest() + self.config.window)
         if self._next_send >= limit:
             return
         deadline = min(now + self.rtt.backoff(0), now + self.config.peer_timeout)
-        self._outstanding.add(np.arange(self._next_send, limit, dtype=np.int64), now, deadline)
-        self._count("sent", limit - self._next_send)
+        outstanding, timers = self._outstanding, self._timers
         while self._next_send < limit:
             reduction = self._unsent[0]
             first = reduction.first_seq
@@ -284,100 +293,69 @@ class Engine:
             rows = reduction.packets[begin:end]
             rows[:, _PRIORITY_AT] = self._priority(reduction, now)
             out.rows.append(rows)
+            for index in range(begin, end):
+                outstanding[first + index] = Chunk(first + index, reduction, index, now, deadline)
+                heapq.heappush(timers, (deadline, first + index))
+            self.counters["sent"] += end - begin
             self._next_send = first + end
             if end == reduction.chunks:
                 self._unsent.popleft()
 
-    def _resend(self, due: np.ndarray, now: float, out: _Outgoing) -> None:
-        """Send the chunks at entries `due` again, flagged RESEND, and arm their timers for the next (doubled) timeout."""
-        chunks = self._outstanding
-        chunks.retries[due] += 1
-        self._count("resent", due.size)
-        seqs = chunks.seq[due]
-        reductions, owner = self._owners(seqs)
-        owners = [reductions[i] for i in owner.tolist()]
-        rows = np.stack([r.packets[seq - r.first_seq] for r, seq in zip(owners, seqs.tolist())])
+    def _resend(self, chunks: list[Chunk], now: float, out: _Outgoing) -> None:
+        """Send timed-out chunks again, flagged RESEND, and arm their timers for the next (doubled) timeout."""
+        rows = np.stack([chunk.reduction.packets[chunk.index] for chunk in chunks])
         rows[:, _FLAGS_AT] |= _RESEND
-        rows[:, _PRIORITY_AT] = [self._priority(r, now) for r in owners]
+        rows[:, _PRIORITY_AT] = [self._priority(chunk.reduction, now) for chunk in chunks]
         out.rows.append(rows)
-        retries, last = chunks.retries[due].tolist(), (chunks.first_sent[due] + self.config.peer_timeout).tolist()
-        chunks.deadline[due] = [min(now + self.rtt.backoff(n), end) for n, end in zip(retries, last)]
+        peer_timeout = self.config.peer_timeout
+        for chunk in chunks:
+            chunk.deadline = min(now + self.rtt.backoff(chunk.retries), chunk.first_sent + peer_timeout)
+            heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
 
     def _priority(self, reduction: Reduction, now: float) -> int:
         """The policy's priority for the reduction's chunks sent at `now` (they were all queued at once)."""
         return max(0, min(self.policy.priority(reduction.queued_at, now), MAX_PRIORITY))
 
-    def _accept(self, frames: Frames, now: float, out: _Outgoing) -> None:
-        """Take a batch of datagrams: RESULTs and STATUSes for outstanding chunks, FETCHes from the
-        PS (their answers go to `out`); count why not for the rest.
-
-        As if one by one in arrival order: drops are counted for the whole batch; each STATUS and
-        FETCH is taken alone, and the runs of RESULTs between them each at once (a FETCH finds the
-        results of RESULTs before it, a STATUS after its chunk's RESULT is late)."""
-        config = self.config
-        headers, valid = read(frames, config.words)
-        ours = np.array([address in config.sources for address in frames.addresses], dtype=bool)[frames.peer]
-        kind = headers["kind"]
-        known = (headers["job"] == config.job) & ((kind == _RESULT) | (kind == _STATUS) | (kind == _FETCH))
-        self._count("foreign", int(np.count_nonzero(~ours)))
-        self._count("malformed", int(np.count_nonzero(ours & ~valid)))
-        self._count("unexpected", int(np.count_nonzero(ours & valid & ~known)))
-        rows = np.flatnonzero(ours & valid & known)
-        begin = 0
-        for position in np.flatnonzero(kind[rows] != _RESULT).tolist():
-            if position > begin:
-                self._take_results(frames, headers, rows[begin:position], now)
-            self._take_one(frames, headers[rows[position]], int(frames.peer[rows[position]]), out)
-            begin = position + 1
-        if begin < rows.size:
-            self._take_results(frames, headers, rows[begin:], now)
-
-    def _take_one(self, frames: Frames, header: np.void, peer: int, out: _Outgoing) -> None:
-        """A STATUS (the PS's bitmap of the workers it holds, kept for the error message) or a FETCH."""
-        wire_seq = int(header["seq"])
-        if header["kind"] == _FETCH:
-            self._answer_fetch(wire_seq, frames.addresses[peer], out)
-            return
-        entry, live = self._outstanding.find(self._unwrap(np.array([wire_seq])))
-        if not live[0]:
-            self._count("late", 1)
-            return
-        self._outstanding.status[entry[0]] = int(header["bitmap"])
-        self._count("status", 1)
-
-    def _take_results(self, frames: Frames, headers: np.ndarray, rows: np.ndarray, now: float) -> None:
-        """A run of RESULTs (batch `rows`, in arrival order): the first of each outstanding chunk that has its
-        format and the full bitmap completes it; any before it are `unexpected`, any after it `late`."""
-        head = headers[rows]
-        seqs = self._unwrap(head["seq"])
-        entries, live = self._outstanding.find(seqs)
-        if not live.any():
-            self._count("late", rows.size)
-            return
-        reductions, owner = self._owners(seqs)
-        formats = np.array([r.format for r in reductions], dtype=np.int64)[owner]
-        fits = (
-            live & ((head["flags"] & _MAX) == formats[:, 0]) & (head["lane_bits"] == formats[:, 1])
-            & (head["index_bits"] == formats[:, 2]) & (head["bitmap"] == self._full)
-        )  # fmt: skip
-        chunks = self._outstanding
-        first = np.full(chunks.seq.size, rows.size)  # by entry: the position of its chunk's first fitting RESULT
-        np.minimum.at(first, entries[fits], np.flatnonzero(fits))
-        position, taken_at = np.arange(rows.size), first[entries]
-        accepted = np.flatnonzero(fits & (position == taken_at))
-        self._count("late", int(np.count_nonzero(~live | (position > taken_at))))
-        self._count("unexpected", int(np.count_nonzero(live & (position < taken_at))))
-        self._count("delivered", accepted.size)
-        chunks.complete(entries[accepted])
-        sent_once = entries[accepted][chunks.retries[entries[accepted]] == 0]
-        for rtt in (now - chunks.first_sent[sent_once]).tolist():  # Karn's rule: a resent chunk's RTT is ambiguous
-            self.rtt.sample(rtt)
-        for index in sorted(set(owner[accepted].tolist())):
-            mine = accepted[owner[accepted] == index]
-            reduction = reductions[index]
-            packets = gather(frames, rows[mine], HEADER_LEN + 4 * reduction.words_per_result)
-            reduction.fill(seqs[mine] - reduction.first_seq, packets[:, HEADER_LEN:].view(">u4"))
-            self._results.put(seqs[mine], packets)
+    def _accept(self, datagrams: Sequence[Datagram], frames: Frames | None, now: float, out: _Outgoing) -> None:
+        """Take a batch of datagrams (also in one buffer, `frames`, if the caller has it), in order:
+        RESULTs and STATUSes for outstanding chunks, FETCHes from the PS (their answers go to `out`);
+        count why not for the rest. Headers are read and checked a batch at a time
+        (`ina.transport.packets.read`), and the accepted RESULTs' sums copied into their reductions
+        a batch at a time."""
+        config, counters, outstanding = self.config, self.counters, self._outstanding
+        # Outstanding seqs span less than W, so a 32-bit wire seq names the same chunk whichever
+        # outstanding chunk it is unwrapped from, before or after the batch completes some.
+        oldest = next(iter(outstanding)) if outstanding else self._next_send
+        accepted: dict[Reduction, tuple[list[int], list[bytes]]] = {}  # chunk indices and RESULTs by reduction
+        for (ok, kind, job, wire_seq, flags, lane_bits, index_bits, bitmap), (data, source) in zip(
+            read(datagrams, config.words, frames), datagrams
+        ):
+            if source not in config.sources:
+                counters["foreign"] += 1
+            elif not ok:
+                counters["malformed"] += 1
+            elif job != config.job or kind not in (_RESULT, _STATUS, _FETCH):
+                counters["unexpected"] += 1
+            elif kind == _FETCH:
+                self._answer_fetch(wire_seq, source, out)
+            elif (chunk := outstanding.get(oldest + ((wire_seq - oldest) & SEQ_MASK))) is None:
+                counters["late"] += 1
+            elif kind == _STATUS:
+                chunk.status = bitmap
+                counters["status"] += 1
+            elif (flags & _MAX, lane_bits, index_bits) != chunk.reduction.format or bitmap != self._full:
+                counters["unexpected"] += 1
+            else:
+                del outstanding[chunk.seq]
+                if chunk.retries == 0:
+                    self.rtt.sample(now - chunk.first_sent)
+                indices, packets = accepted.setdefault(chunk.reduction, ([], []))
+                indices.append(chunk.index)
+                packets.append(bytes(data))
+                self._results.put(chunk.seq, packets[-1])
+                counters["delivered"] += 1
+        for reduction, (indices, packets) in accepted.items():
+            reduction.fill(np.array(indices, dtype=np.int64), payloads(packets, reduction.words_per_result))
 
     def _answer_fetch(self, wire_seq: int, source: Address, out: _Outgoing) -> None:
         """The PS lost a result that another worker needs: send it ours, as received.
@@ -386,30 +364,28 @@ class Engine:
         anywhere else; a chunk not among our newest 2W results is counted, not answered.
         """
         if source != self.config.ps:
-            self._count("unexpected", 1)
+            self.counters["unexpected"] += 1
             return
         packet = self._results.get(wire_seq)
         if packet is None:
-            self._count("fetch_missing", 1)
+            self.counters["fetch_missing"] += 1
             return
         out.answers.append(Datagram(packet, source))
-        self._count("fetch_answered", 1)
+        self.counters["fetch_answered"] += 1
 
-    def _fail(self, entry: int) -> None:
-        config, chunks = self.config, self._outstanding
-        seq, status, retries = int(chunks.seq[entry]), int(chunks.status[entry]), int(chunks.retries[entry])
-        reductions, owner = self._owners(np.array([seq]))
-        if status == NO_STATUS:
+    def _fail(self, chunk: Chunk) -> None:
+        config = self.config
+        if chunk.status is None:
             missing = "no STATUS came from the PS, so it is down or unreachable too, or never got the chunk"
-        elif status == self._full:
+        elif chunk.status == self._full:
             missing = ("every rank contributed (the PS's STATUS is full) but the result was lost: the RESULT, "
                        "the PS's copy and the other workers' answers to the PS's FETCH all failed to arrive")
         else:
-            ranks = [r for r in range(config.workers) if not status >> r & 1]
+            ranks = [r for r in range(config.workers) if not chunk.status >> r & 1]
             missing = f"the PS holds no contribution from ranks {ranks}"
         self.error = TransportError(
-            f"job {config.job}: chunk {seq & SEQ_MASK} (reduction {reductions[owner[0]].handle}) got no result "
+            f"job {config.job}: chunk {chunk.seq & SEQ_MASK} (reduction {chunk.reduction.handle}) got no result "
             f"within peer_timeout={config.peer_timeout}s from the {config.describe_destination()} "
-            f"after {retries} resends; {missing}"
+            f"after {chunk.retries} resends; {missing}"
         )
-        self._count("failed", 1)
+        self.counters["failed"] += 1

@@ -1,15 +1,18 @@
 """A worker's packets in batches: DATA built, and the headers of what arrives read, with numpy.
 
 `Header.pack` and `parse` cost microseconds per packet, as much as all the rest of a worker's
-per-chunk work; a whole reduction's DATA packets, or a received batch's headers, cost about
-as much as one of them when done on arrays. Tests hold both to the per-packet codec's bytes.
+per-chunk work; a whole reduction's DATA packets, or a large received batch's headers, cost
+about as much as one of them when done on arrays. Tests hold both to the per-packet codec.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ina.net.frames import Frames
+from ina.net.node import Datagram
 from ina.protocol import HEADER_DTYPE, HEADER_LEN, MAGIC, VERSION, Header, MalformedPacket, parse
 from ina.protocol.header import valid_mask
 from ina.transport.chunks import SEQ_MASK
@@ -35,30 +38,38 @@ def data_packets(template: Header, seqs: np.ndarray, slots: np.ndarray, words: n
     return rows
 
 
-def read(frames: Frames, words: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every datagram's header (a HEADER_DTYPE record, zero past the end of a short datagram) and
-    whether it is a valid packet (docs/protocol.md, section 2).
+Fields = tuple[bool, int, int, int, int, int, int, int]
+"""A received packet as the engine reads it: valid, then kind, job, seq, flags, lane_bits, index_bits, bitmap."""
+_FIELDS = ("kind", "job", "seq", "flags", "lane_bits", "index_bits", "bitmap")
+_INVALID: Fields = (False, 0, 0, 0, 0, 0, 0, 0)
 
-    A batch of `VECTORIZE_FROM` or more is checked by `valid_mask`, which costs about 60 us a
-    batch; a smaller one by `parse`, at about 4 us a packet. They are the protocol's own two
-    validators, which its tests hold to agree."""
+
+def read(datagrams: Sequence[Datagram], words: int, frames: Frames | None = None) -> list[Fields]:
+    """Every datagram's validity (docs/protocol.md, section 2) and header fields (unspecified where invalid).
+
+    A batch of `VECTORIZE_FROM` or more is read with numpy (from `frames`, the same datagrams in one
+    buffer, when the caller has them) and checked by `valid_mask`, which costs about 60 us a batch;
+    a smaller one is parsed packet by packet, at about 4 us a packet. The two are the protocol's own
+    validators, held to agree by its tests."""
+    if len(datagrams) < VECTORIZE_FROM:
+        return [_parsed(data, words) for data, _ in datagrams]
+    frames = frames if frames is not None else Frames.of(datagrams)
     headers = _headers(frames)
-    if len(frames) >= VECTORIZE_FROM:
-        return headers, valid_mask(headers, frames.length, words)
-    view = memoryview(frames.buffer)
-    spans = zip(frames.start.tolist(), frames.length.tolist())
-    return headers, np.array([_parses(view[start : start + length], words) for start, length in spans], dtype=bool)
+    valid = valid_mask(headers, frames.length, words)
+    return list(zip(valid.tolist(), *(headers[name].tolist() for name in _FIELDS)))
 
 
-def _parses(data: memoryview, words: int) -> bool:
+def _parsed(data: bytes, words: int) -> Fields:
     try:
-        parse(data, words)
+        h, _ = parse(data, words)
     except MalformedPacket:
-        return False
-    return True
+        return _INVALID
+    return True, int(h.kind), h.job, h.seq, int(h.flags), h.lane_bits, h.index_bits, h.bitmap
 
 
 def _headers(frames: Frames) -> np.ndarray:
+    """Every datagram's first HEADER_LEN bytes as a HEADER_DTYPE record, zero past the end of a short one
+    (which `valid_mask` fails by its length)."""
     if not frames.buffer.size:
         return np.zeros(len(frames), dtype=HEADER_DTYPE)
     at = frames.start[:, None] + _HEADER_BYTES
@@ -69,6 +80,6 @@ def _headers(frames: Frames) -> np.ndarray:
     return raw.view(HEADER_DTYPE).reshape(len(frames))
 
 
-def gather(frames: Frames, rows: np.ndarray, size: int) -> np.ndarray:
-    """Datagrams `rows` (each at least `size` bytes long) as the rows of a (len(rows), size) uint8 matrix: a copy."""
-    return frames.buffer[frames.start[rows, None] + np.arange(size)]
+def payloads(packets: list[bytes], words: int) -> np.ndarray:
+    """The payloads of packets of `HEADER_LEN + 4 * words` bytes each, as a (len(packets), words) matrix of big-endian words."""
+    return np.frombuffer(b"".join(packets), dtype=">u4").reshape(len(packets), -1)[:, HEADER_LEN // 4 :]
