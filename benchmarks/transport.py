@@ -12,13 +12,16 @@ The switch and the PS are `ina.launch.LocalAggregators`: threads of the parent p
 Every reduction starts after a barrier; its time is the slowest rank's, and the table shows
 the median over `--repeats` (after one warm-up). "chunks/s" is one worker's DATA packets per
 second (K words each); "fp32 GB/s" is N * 4 bytes per second, the fp32 gradient the
-reduction stands for. All transports run in the same processes, one after the other, so
+reduction stands for; "worker CPU ms" is the CPU time (user and system, every thread, the
+barriers' too) of one worker process per reduction, the mean over ranks: what the transport
+costs a worker, where the seconds also count the aggregators and waiting. All transports run in the same processes, one after the other, so
 their numbers are comparable; the machine's load is not, so compare rows of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -26,8 +29,9 @@ LANE_BITS = 8  # 4 workers x g = 30 <= 255
 
 
 def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[str, str]], sizes: list[int],
-            repeats: int) -> dict[tuple[str, int], tuple[list[float], int]]:  # fmt: skip
-    """On every rank: per (transport, N), this rank's seconds per timed reduction and bytes it sent."""
+            repeats: int) -> dict[tuple[str, int], tuple[list[float], int, float]]:  # fmt: skip
+    """On every rank: per (transport, N), this rank's seconds per timed reduction, and per reduction the
+    bytes it sent and its CPU seconds."""
     import torch
     import torch.distributed as dist
 
@@ -45,17 +49,24 @@ def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[s
         try:
             for n in sizes:
                 transport.table_sum(vectors[n], codec, workers, bucket=0).wait()  # warm-up
-                sent_before, seconds = transport.bytes_sent, []
+                sent_before, seconds, cpu_before = transport.bytes_sent, [], _cpu()
                 for _ in range(repeats):
                     dist.barrier()
                     started = time.perf_counter()
                     transport.table_sum(vectors[n], codec, workers, bucket=0).wait()
                     seconds.append(time.perf_counter() - started)
-                measured[(name, n)] = (seconds, (transport.bytes_sent - sent_before) // repeats)
+                cpu = (_cpu() - cpu_before) / repeats
+                measured[(name, n)] = (seconds, (transport.bytes_sent - sent_before) // repeats, cpu)
         finally:
             dist.barrier()  # no rank closes (rank 0 deregisters) while another still needs the job
             transport.close()
     return measured
+
+
+def _cpu() -> float:
+    """CPU seconds this process has used, in every thread."""
+    times = os.times()
+    return times.user + times.system
 
 
 def _chunks(name: str, n: int, words: int) -> int:
@@ -81,7 +92,7 @@ def main() -> None:
         options = {name: local.options(name) for name in args.transports if name != "collective"}
         reports = run_workers(_worker, args.workers, args.transports, options, sizes, args.repeats, timeout=600.0)
     print(f"{args.workers} workers, K = {args.words}, 4-bit THC, {LANE_BITS}-bit lanes; median of {args.repeats}")
-    print(f"{'transport':<11}{'N':>9}{'s/reduction':>13}{'chunks/s':>10}{'fp32 GB/s':>11}{'kB sent':>9}")
+    print(f"{'transport':<11}{'N':>10}{'s/reduction':>13}{'chunks/s':>10}{'fp32 GB/s':>11}{'kB sent':>9}{'worker CPU ms':>15}")
     for name in args.transports:
         for n in sizes:
             slowest = [max(report[(name, n)][0][i] for report in reports) for i in range(args.repeats)]
@@ -89,7 +100,8 @@ def main() -> None:
             chunks = _chunks(name, n, args.words)
             rate = f"{chunks / seconds:,.0f}" if chunks else "-"
             sent = reports[0][(name, n)][1] / 1000
-            print(f"{name:<11}{n:>9,}{seconds:>13.4f}{rate:>10}{4 * n / seconds / 1e9:>11.3f}{sent:>9,.0f}")
+            cpu = statistics.mean(report[(name, n)][2] for report in reports) * 1000
+            print(f"{name:<11}{n:>10,}{seconds:>13.4f}{rate:>10}{4 * n / seconds / 1e9:>11.3f}{sent:>9,.0f}{cpu:>15.1f}")
 
 
 if __name__ == "__main__":

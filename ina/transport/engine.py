@@ -349,10 +349,12 @@ class Engine:
                 del outstanding[chunk.seq]
                 if chunk.retries == 0:
                     self.rtt.sample(now - chunk.first_sent)
-                indices, packets = accepted.setdefault(chunk.reduction, ([], []))
-                indices.append(chunk.index)
-                packets.append(bytes(data))
-                self._results.put(chunk.seq, packets[-1])
+                group = accepted.get(chunk.reduction)
+                if group is None:
+                    group = accepted[chunk.reduction] = ([], [])
+                group[0].append(chunk.index)
+                group[1].append(bytes(data))
+                self._results.put(chunk.seq, group[1][-1])
                 counters["delivered"] += 1
         for reduction, (indices, packets) in accepted.items():
             reduction.fill(np.array(indices, dtype=np.int64), payloads(packets, reduction.words_per_result))
