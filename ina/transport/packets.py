@@ -19,6 +19,7 @@ from ina.transport.chunks import SEQ_MASK
 
 _HEADER_BYTES = np.arange(HEADER_LEN)
 VECTORIZE_FROM = 16
+"""The smallest batch whose headers `read` checks with numpy rather than one by one."""
 
 
 def data_packets(template: Header, seqs: np.ndarray, slots: np.ndarray, words: np.ndarray, per_chunk: int) -> np.ndarray:
@@ -48,8 +49,8 @@ def read(datagrams: Sequence[Datagram], words: int, frames: Frames | None = None
     """Every datagram's validity (docs/protocol.md, section 2) and header fields (unspecified where invalid).
 
     A batch of `VECTORIZE_FROM` or more is read with numpy (from `frames`, the same datagrams in one
-    buffer, when the caller has them) and checked by `valid_mask`, which costs about 60 us a batch;
-    a smaller one is parsed packet by packet, at about 4 us a packet. The two are the protocol's own
+    buffer, when the caller has them) and checked by `valid_mask`, which costs about 60 µs a batch;
+    a smaller one is parsed packet by packet, at about 4 µs a packet. The two are the protocol's own
     validators, held to agree by its tests."""
     if len(datagrams) < VECTORIZE_FROM:
         return [_parsed(data, words) for data, _ in datagrams]
