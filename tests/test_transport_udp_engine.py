@@ -11,6 +11,7 @@ import pytest
 
 from ina.control import Endpoint, JobSpec
 from ina.launch import LocalAggregators
+from ina.net.frames import Frames
 from ina.net.udp import UdpRunner, open_socket
 from ina.protocol import pack_fields, result_words, unpack_fields
 from ina.transport.engine import EngineConfig
@@ -71,6 +72,35 @@ def test_an_exception_in_a_call_stops_the_loop_and_is_kept():
     runner._thread.join(2.0)
     assert isinstance(runner.error, RuntimeError)
     runner.close()
+
+
+def test_a_node_whose_timers_answer_frames_has_them_sent_as_frames():
+    """The engine's bursts leave through `tick_frames` (one buffer), not `tick`."""
+    sink = open_socket(LOOPBACK)
+    sink.settimeout(2.0)
+
+    class Burst(Idle):
+        def __init__(self) -> None:
+            super().__init__()
+            self.due: float | None = 0.0
+
+        def tick(self, now):
+            raise AssertionError("tick_frames is the timers' path for this node")
+
+        def tick_frames(self, now):
+            self.due = None
+            return Frames.of_rows(np.arange(12, dtype=np.uint8).reshape(3, 4), sink.getsockname())
+
+        def next_deadline(self):
+            return self.due
+
+    runner = UdpRunner.bind(Burst(), LOOPBACK).start()
+    try:
+        assert [sink.recv(100) for _ in range(3)] == [bytes(range(i, i + 4)) for i in (0, 4, 8)]
+    finally:
+        runner.close()
+        sink.close()
+    assert runner.error is None
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,30 @@ class Frames:
         return cls(buffer, np.cumsum(length) - length, length, peer, list(index))
 
     @classmethod
+    def of_rows(cls, rows: np.ndarray, address: Address) -> Frames:
+        """Every row of a uint8 matrix (C order) as one datagram to `address`, without copying."""
+        count, size = rows.shape
+        return cls(rows.reshape(-1), np.arange(count, dtype=np.int64) * size, np.full(count, size, dtype=np.int64),
+                   np.zeros(count, dtype=np.int64), [address])  # fmt: skip
+
+    @classmethod
+    def join(cls, parts: Sequence[Frames]) -> Frames:
+        """The datagrams of every part, in order, in one buffer (a lone part is returned as it is)."""
+        parts = [part for part in parts if len(part)]
+        if len(parts) <= 1:
+            return parts[0] if parts else cls.empty()
+        index: dict[Address, int] = {}
+        starts, peers, offset = [], [], 0
+        for part in parts:
+            remap = np.array([index.setdefault(a, len(index)) for a in part.addresses], dtype=np.int64)
+            starts.append(part.start + offset)
+            peers.append(remap[part.peer])
+            offset += part.buffer.size
+        buffer = np.concatenate([part.buffer for part in parts])
+        return cls(buffer, np.concatenate(starts), np.concatenate([part.length for part in parts]),
+                   np.concatenate(peers), list(index))  # fmt: skip
+
+    @classmethod
     def empty(cls) -> Frames:
         nothing = np.zeros(0, dtype=np.int64)
         return cls(np.zeros(0, dtype=np.uint8), nothing, nothing, nothing, [])
@@ -83,3 +107,10 @@ class FrameNode(Protocol):
     """A node that can also process `Frames` directly: what it returns are the datagrams to send."""
 
     def receive_frames(self, frames: Frames, now: float) -> Frames: ...
+
+
+@runtime_checkable
+class FrameTimers(Protocol):
+    """A node whose timers can also answer `Frames` (what `tick` would return, as one buffer)."""
+
+    def tick_frames(self, now: float) -> Frames: ...

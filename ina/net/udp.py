@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ina.net.frames import FrameNode, Frames
+from ina.net.frames import FrameNode, Frames, FrameTimers
 from ina.net.node import Address, Datagram, Node
 
 MAX_DATAGRAM = 65536  # a receive buffer larger than any UDP payload (or GRO run): nothing is truncated
@@ -297,7 +297,8 @@ class UdpRunner:
 
     The node gets at most `batch` datagrams per call and each call's output leaves at once,
     so replies flow while the rest of a large backlog is processed (peers keep working).
-    A `FrameNode` gets them as `Frames` (no Python object per datagram). Other threads reach
+    A `FrameNode` gets them as `Frames` (no Python object per datagram), and a `FrameTimers`
+    node's timers answer `Frames` too (`tick_frames`). Other threads reach
     the node through `call_soon`, so a node need not be thread-safe.
     """
 
@@ -333,6 +334,7 @@ class UdpRunner:
         """Run in the calling thread until `stop()`."""
         node, io = self.node, self.io
         frames_in_frames_out = isinstance(node, FrameNode)
+        ticks_frames = isinstance(node, FrameTimers)
         while not self._stopping.is_set():
             if self._calls:
                 self._run_calls()
@@ -345,7 +347,10 @@ class UdpRunner:
                     self._send(node.receive(part.datagrams(), self.clock()))
             deadline = node.next_deadline()
             if deadline is not None and self.clock() >= deadline:
-                self._send(node.tick(self.clock()))
+                if ticks_frames:
+                    self.refused += io.send_frames(node.tick_frames(self.clock()))
+                else:
+                    self._send(node.tick(self.clock()))
                 continue
             if not len(frames) and not self._calls:
                 timeout = None if deadline is None else max(0.0, deadline - self.clock())

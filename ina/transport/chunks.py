@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ina.protocol import Header, result_words
+from ina.protocol import result_words
 
 SEQ_MASK = 0xFFFFFFFF
 """Sequence numbers are 32 bits on the wire; the engine counts them unwrapped."""
@@ -17,23 +17,32 @@ SEQ_MASK = 0xFFFFFFFF
 
 @dataclass(slots=True, eq=False)
 class Reduction:
-    """One submitted reduction: its result fills in as chunks complete, in any order."""
+    """One submitted reduction: chunks `first_seq ..` (unwrapped), their DATA packets (rows of
+    `packets`, priority 0, RESEND clear), the `format` their RESULTs must have (MAX flag, lane_bits,
+    index_bits), and their results, which fill in as chunks complete, in any order."""
 
     handle: int
-    chunks: int
+    first_seq: int
+    packets: np.ndarray
+    format: tuple[int, int, int]
     words_per_result: int
     length: int
+    queued_at: float
     result: np.ndarray = field(init=False)
     remaining: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.result = np.zeros(self.chunks * self.words_per_result, dtype=np.uint32)
+        self.result = np.zeros((self.chunks, self.words_per_result), dtype=np.uint32)
         self.remaining = self.chunks
 
-    def fill(self, index: int, sums: np.ndarray) -> None:
-        start = index * self.words_per_result
-        self.result[start : start + self.words_per_result] = sums
-        self.remaining -= 1
+    @property
+    def chunks(self) -> int:
+        return self.packets.shape[0]
+
+    def fill(self, indices: np.ndarray, sums: np.ndarray) -> None:
+        """Chunks `indices` (distinct, not filled before) completed with the rows of `sums`."""
+        self.result[indices] = sums
+        self.remaining -= indices.size
 
     @property
     def done(self) -> bool:
@@ -41,23 +50,19 @@ class Reduction:
 
     def words(self) -> np.ndarray:
         """The sums: lanes trimmed to the submitted length; indices chunk by chunk, untrimmed."""
-        return self.result[: self.length]
+        return self.result.reshape(-1)[: self.length]
 
 
 @dataclass(slots=True, eq=False)
 class Chunk:
-    """One packet's worth of a reduction, and its transmission state; `packet` is its first DATA, priority 0."""
+    """An outstanding chunk: row `index` of its reduction's packets, and its transmission state."""
 
     seq: int
     reduction: Reduction
     index: int
-    header: Header
-    packet: bytes
-    queued_at: float
-    first_sent: float = 0.0
-    last_sent: float = 0.0
+    first_sent: float
+    deadline: float
     retries: int = 0
-    deadline: float = 0.0
     status: int | None = None
 
 
@@ -86,16 +91,6 @@ class ResultStore:
         seq = self._newest - ((self._newest - wire_seq) & SEQ_MASK)
         entry = self._entries[seq % len(self._entries)]
         return entry[1] if entry is not None and entry[0] == seq else None
-
-
-def split(words: np.ndarray, per_chunk: int) -> list[bytes]:
-    """Zero-pad `words` to whole chunks and return each chunk's big-endian payload."""
-    chunks = -(-words.size // per_chunk)
-    padded = np.zeros(chunks * per_chunk, dtype=">u4")
-    padded[: words.size] = words
-    raw = padded.tobytes()
-    step = 4 * per_chunk
-    return [raw[i : i + step] for i in range(0, len(raw), step)]
 
 
 def result_length(words: int, chunks: int, per_chunk: int, index_bits: int, lane_bits: int) -> int:

@@ -15,16 +15,21 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from ina.net.frames import Frames
 from ina.net.node import Address, Datagram
-from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, MalformedPacket, parse, result_words
+from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, result_words
 from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
-from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length, split
+from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length
 from ina.transport.errors import TransportError
+from ina.transport.packets import data_packets, payloads, read
 from ina.transport.priority import MAX_PRIORITY, IntensityPriority, PriorityPolicy
 from ina.transport.rto import RttEstimator
 
 _FLAGS_AT = HEADER_DTYPE.fields["flags"][1]
 _PRIORITY_AT = HEADER_DTYPE.fields["priority"][1]
+# Plain ints: comparing with an IntEnum or IntFlag member costs several times more, per packet.
+_RESULT, _STATUS, _FETCH = int(Kind.RESULT), int(Kind.STATUS), int(Kind.FETCH)
+_MAX, _RESEND = int(Flag.MAX), int(Flag.RESEND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,8 @@ class EngineConfig:
         others = self.sources - {self.destination}
         return next(iter(others)) if others else None
 
-    def slot(self, seq: int) -> int:
+    def slot(self, seq: np.ndarray) -> np.ndarray | int:
+        """The slots of chunks `seq` (unwrapped): `(slot_base + seq) mod pool`, or 0 in PS-only mode."""
         return 0 if self.ps_only else (self.slot_base + seq) & (self.pool - 1)
 
     def describe_destination(self) -> str:
@@ -87,17 +93,43 @@ class EngineConfig:
         return f"{'PS' if self.ps_only else 'switch'} at {host}:{port}"
 
 
+class _Outgoing:
+    """What one call sends, in order: answers to FETCHes (to the PS), then DATA rows (to the destination)."""
+
+    __slots__ = ("answers", "rows")
+
+    def __init__(self) -> None:
+        self.answers: list[Datagram] = []
+        self.rows: list[np.ndarray] = []
+
+    def frames(self, destination: Address) -> Frames:
+        """One buffer of everything (the rows are copied: they may be views of a reduction's packets)."""
+        data = Frames.of_rows(np.concatenate(self.rows), destination) if self.rows else Frames.empty()
+        return Frames.join([Frames.of(self.answers), data]) if self.answers else data
+
+    def datagrams(self, destination: Address) -> list[Datagram]:
+        """The same as `Datagram`s (the `Node` interface's form)."""
+        if not self.rows:
+            return self.answers
+        size = self.rows[0].shape[1]
+        data = np.concatenate(self.rows).tobytes()
+        return self.answers + [Datagram(data[at : at + size], destination) for at in range(0, len(data), size)]
+
+
 class Engine:
     """A worker's chunk stream: window, retransmission, delivery (see module docstring).
 
-    Drive it as a `Node`; `submit` queues a reduction and makes `next_deadline()` due so
-    the driver's `tick` sends it. Collect results with `completed()`; a peer that stays
-    silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
+    Drive it as a `Node`, or with `receive_frames` and `tick_frames`, the same with `Frames`
+    (what a batched socket moves); `submit` queues a reduction and makes `next_deadline()`
+    due so the driver's `tick` sends it. Collect results with `completed()`;
+    a peer that stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
     It keeps its newest 2W results to answer its PS's FETCH (the PS lost a result another
     worker needs). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
     foreign (not from the switch or PS), malformed, unexpected (wrong job, kind, format,
     or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
     for a result not kept); failed.
+    Packets are built a reduction at a time, sent a burst at a time, and read a batch at a time
+    (`ina.transport.packets`); what remains per packet is the window's bookkeeping, in arrival order.
     Not thread-safe: a transport that submits from the training thread while a runner
     thread feeds packets must serialize the calls and wake the runner after `submit`.
     """
@@ -109,10 +141,11 @@ class Engine:
         self.counters: Counter[str] = Counter()
         self.error: TransportError | None = None
         self._full = (1 << config.workers) - 1
-        self._next_seq = config.first_seq
+        self._next_seq = config.first_seq  # the next chunk submitted
+        self._next_send = config.first_seq  # the next chunk sent for the first time
         self._next_handle = 0
-        self._queue: deque[Chunk] = deque()
-        self._outstanding: dict[int, Chunk] = {}
+        self._unsent: deque[Reduction] = deque()  # reductions with chunks not sent yet, the first holds _next_send
+        self._outstanding: dict[int, Chunk] = {}  # in seq order
         self._timers: list[tuple[float, int]] = []
         self._reductions: deque[Reduction] = deque()
         self._results = ResultStore(2 * config.window)
@@ -146,21 +179,19 @@ class Engine:
         if not 0 <= index_bits <= MAX_INDEX_BITS or (index_bits and (op == "max" or not self.config.ps_only)):
             raise ValueError(f"index_bits {index_bits}: indices (1..{MAX_INDEX_BITS}) are summed only by the PS, in PS-only mode")
         config = self.config
-        payloads = split(words, config.words)
-        per_result = result_words(config.words, index_bits, lane_bits)
-        length = result_length(words.size, len(payloads), config.words, index_bits, lane_bits)
-        reduction = Reduction(self._next_handle, len(payloads), per_result, length)
-        self._next_handle += 1
-        self._reductions.append(reduction)
+        chunks = -(-words.size // config.words)
+        seqs = np.arange(self._next_seq, self._next_seq + chunks, dtype=np.int64)
         flags = Flag.MAX if op == "max" else Flag.NONE
-        for index, payload in enumerate(payloads):
-            seq = self._next_seq
-            self._next_seq += 1
-            header = Header(
-                Kind.DATA, config.job, seq & SEQ_MASK, flags, config.rank, 0,
-                config.slot(seq), index_bits, lane_bits, 1 << config.rank,
-            )
-            self._queue.append(Chunk(seq, reduction, index, header, header.pack(payload), now))
+        template = Header(Kind.DATA, config.job, 0, flags, config.rank, 0, 0, index_bits, lane_bits, 1 << config.rank)
+        reduction = Reduction(
+            self._next_handle, self._next_seq, data_packets(template, seqs, config.slot(seqs), words, config.words),
+            (int(flags), lane_bits, index_bits), result_words(config.words, index_bits, lane_bits),
+            result_length(words.size, chunks, config.words, index_bits, lane_bits), now,
+        )  # fmt: skip
+        self._next_handle += 1
+        self._next_seq += chunks
+        self._reductions.append(reduction)
+        self._unsent.append(reduction)
         self.policy.observe(4 * words.size, now)
         return reduction.handle
 
@@ -175,22 +206,39 @@ class Engine:
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing outstanding."""
-        return not self._queue and not self._outstanding
+        return self._next_send == self._next_seq and not self._outstanding
 
     # ----------------------------------------------------------------- the Node interface
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        if self.error is not None:
-            return []
-        out: list[Datagram] = []
-        for datagram in datagrams:
-            self._accept(datagram, now, out)
-        return out + self._pump(now)
+        return self._receive(datagrams, None, now).datagrams(self.config.destination)
 
     def tick(self, now: float) -> list[Datagram]:
+        return self._tick(now).datagrams(self.config.destination)
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        """`receive` for a batch in one buffer; the datagrams to send come back the same way."""
+        return self._receive(frames.datagrams(), frames, now).frames(self.config.destination)
+
+    def tick_frames(self, now: float) -> Frames:
+        """`tick`, with the datagrams to send in one buffer."""
+        return self._tick(now).frames(self.config.destination)
+
+    # ----------------------------------------------------------------- internals
+
+    def _receive(self, datagrams: Sequence[Datagram], frames: Frames | None, now: float) -> _Outgoing:
+        out = _Outgoing()
+        if self.error is None:
+            if datagrams:
+                self._accept(datagrams, frames, now, out)
+            self._pump(now, out)
+        return out
+
+    def _tick(self, now: float) -> _Outgoing:
+        out = _Outgoing()
         if self.error is not None:
-            return []
-        out = []
+            return out
+        due = []
         while self._timers and self._timers[0][0] <= now:
             deadline, seq = heapq.heappop(self._timers)
             chunk = self._outstanding.get(seq)
@@ -198,101 +246,120 @@ class Engine:
                 continue
             if now >= chunk.first_sent + self.config.peer_timeout:
                 self._fail(chunk)
-                return []
+                return out
             chunk.retries += 1
             self.counters["resent"] += 1
-            out.append(self._transmit(chunk, now))
-        return out + self._pump(now)
+            due.append(chunk)
+        if due:
+            self._resend(due, now, out)
+        self._pump(now, out)
+        return out
 
     def next_deadline(self) -> float | None:
         if self.error is not None:
             return None
-        timers = self._timers
-        while timers and self._stale(timers[0]):
+        timers, outstanding = self._timers, self._outstanding
+        while timers:  # drop the timers of chunks completed or re-armed since
+            deadline, seq = timers[0]
+            chunk = outstanding.get(seq)
+            if chunk is not None and chunk.deadline == deadline:
+                break
             heapq.heappop(timers)
         due = timers[0][0] if timers else None
-        if self._queue and self._window_open():
-            ready = self._queue[0].queued_at
+        if self._next_send < self._next_seq and self._window_open():
+            ready = self._unsent[0].queued_at
             due = ready if due is None else min(due, ready)
         return due
 
-    # ----------------------------------------------------------------- internals
-
-    def _stale(self, timer: tuple[float, int]) -> bool:
-        chunk = self._outstanding.get(timer[1])
-        return chunk is None or chunk.deadline != timer[0]
+    def _oldest(self) -> int:
+        """The oldest chunk without its result (the next to send if none is outstanding)."""
+        return next(iter(self._outstanding)) if self._outstanding else self._next_send
 
     def _window_open(self) -> bool:
-        """The head of the queue may go: every chunk <= seq - W has its result."""
-        if not self._outstanding:
-            return True
-        oldest = next(iter(self._outstanding))
-        return self._queue[0].seq < oldest + self.config.window
+        """The next chunk may go: every chunk <= seq - W has its result."""
+        return self._next_send < self._oldest() + self.config.window
 
-    def _pump(self, now: float) -> list[Datagram]:
-        out = []
-        while self._queue and self._window_open():
-            chunk = self._queue.popleft()
-            chunk.first_sent = now
-            self._outstanding[chunk.seq] = chunk
-            self.counters["sent"] += 1
-            out.append(self._transmit(chunk, now))
-        return out
+    def _pump(self, now: float, out: _Outgoing) -> None:
+        """Send every queued chunk the window lets go, a reduction's run of rows at a time."""
+        limit = min(self._next_seq, self._oldest() + self.config.window)
+        if self._next_send >= limit:
+            return
+        deadline = min(now + self.rtt.backoff(0), now + self.config.peer_timeout)
+        outstanding, timers = self._outstanding, self._timers
+        while self._next_send < limit:
+            reduction = self._unsent[0]
+            first = reduction.first_seq
+            begin, end = self._next_send - first, min(reduction.chunks, limit - first)
+            rows = reduction.packets[begin:end]
+            rows[:, _PRIORITY_AT] = self._priority(reduction, now)
+            out.rows.append(rows)
+            for index in range(begin, end):
+                outstanding[first + index] = Chunk(first + index, reduction, index, now, deadline)
+                heapq.heappush(timers, (deadline, first + index))
+            self.counters["sent"] += end - begin
+            self._next_send = first + end
+            if end == reduction.chunks:
+                self._unsent.popleft()
 
-    def _transmit(self, chunk: Chunk, now: float) -> Datagram:
-        """Send (or resend) a chunk and arm its timer."""
-        chunk.last_sent = now
-        timeout = self.rtt.backoff(chunk.retries)
-        chunk.deadline = min(now + timeout, chunk.first_sent + self.config.peer_timeout)
-        heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
-        packet = bytearray(chunk.packet)
-        packet[_PRIORITY_AT] = max(0, min(self.policy.priority(chunk.queued_at, now), MAX_PRIORITY))
-        if chunk.retries:
-            packet[_FLAGS_AT] |= Flag.RESEND
-        return Datagram(bytes(packet), self.config.destination)
+    def _resend(self, chunks: list[Chunk], now: float, out: _Outgoing) -> None:
+        """Send timed-out chunks again, flagged RESEND, and arm their timers for the next (doubled) timeout."""
+        rows = np.stack([chunk.reduction.packets[chunk.index] for chunk in chunks])
+        rows[:, _FLAGS_AT] |= _RESEND
+        rows[:, _PRIORITY_AT] = [self._priority(chunk.reduction, now) for chunk in chunks]
+        out.rows.append(rows)
+        peer_timeout = self.config.peer_timeout
+        for chunk in chunks:
+            chunk.deadline = min(now + self.rtt.backoff(chunk.retries), chunk.first_sent + peer_timeout)
+            heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
 
-    def _accept(self, datagram: Datagram, now: float, out: list[Datagram]) -> None:
-        """Take one arriving datagram: a RESULT or STATUS for an outstanding chunk, a FETCH from
-        the PS (its answer goes to `out`), or count why not."""
-        if datagram.addr not in self.config.sources:
-            self.counters["foreign"] += 1
-            return
-        try:
-            header, payload = parse(datagram.data, self.config.words)
-        except MalformedPacket:
-            self.counters["malformed"] += 1
-            return
-        if header.job != self.config.job or header.kind not in (Kind.RESULT, Kind.STATUS, Kind.FETCH):
-            self.counters["unexpected"] += 1
-            return
-        if header.kind == Kind.FETCH:
-            self._answer_fetch(header, datagram.addr, out)
-            return
-        chunk = self._lookup(header.seq)
-        if chunk is None:
-            self.counters["late"] += 1
-            return
-        if header.kind == Kind.STATUS:
-            chunk.status = header.bitmap
-            self.counters["status"] += 1
-            return
-        expected = chunk.header
-        if (
-            header.is_max != expected.is_max
-            or header.lane_bits != expected.lane_bits
-            or header.index_bits != expected.index_bits
-            or header.bitmap != self._full
+    def _priority(self, reduction: Reduction, now: float) -> int:
+        """The policy's priority for the reduction's chunks sent at `now` (they were all queued at once)."""
+        return max(0, min(self.policy.priority(reduction.queued_at, now), MAX_PRIORITY))
+
+    def _accept(self, datagrams: Sequence[Datagram], frames: Frames | None, now: float, out: _Outgoing) -> None:
+        """Take a batch of datagrams (also in one buffer, `frames`, if the caller has it), in order:
+        RESULTs and STATUSes for outstanding chunks, FETCHes from the PS (their answers go to `out`);
+        count why not for the rest. Headers are read and checked a batch at a time
+        (`ina.transport.packets.read`), and the accepted RESULTs' sums copied into their reductions
+        a batch at a time."""
+        config, counters, outstanding = self.config, self.counters, self._outstanding
+        # Outstanding seqs span less than W, so a 32-bit wire seq names the same chunk whichever
+        # outstanding chunk it is unwrapped from, before or after the batch completes some.
+        oldest = next(iter(outstanding)) if outstanding else self._next_send
+        accepted: dict[Reduction, tuple[list[int], list[bytes]]] = {}  # chunk indices and RESULTs by reduction
+        for (ok, kind, job, wire_seq, flags, lane_bits, index_bits, bitmap), (data, source) in zip(
+            read(datagrams, config.words, frames), datagrams
         ):
-            self.counters["unexpected"] += 1
-            return
-        del self._outstanding[chunk.seq]
-        if chunk.retries == 0:
-            self.rtt.sample(now - chunk.first_sent)
-        chunk.reduction.fill(chunk.index, payload)
-        self._results.put(chunk.seq, bytes(datagram.data))
-        self.counters["delivered"] += 1
+            if source not in config.sources:
+                counters["foreign"] += 1
+            elif not ok:
+                counters["malformed"] += 1
+            elif job != config.job or kind not in (_RESULT, _STATUS, _FETCH):
+                counters["unexpected"] += 1
+            elif kind == _FETCH:
+                self._answer_fetch(wire_seq, source, out)
+            elif (chunk := outstanding.get(oldest + ((wire_seq - oldest) & SEQ_MASK))) is None:
+                counters["late"] += 1
+            elif kind == _STATUS:
+                chunk.status = bitmap
+                counters["status"] += 1
+            elif (flags & _MAX, lane_bits, index_bits) != chunk.reduction.format or bitmap != self._full:
+                counters["unexpected"] += 1
+            else:
+                del outstanding[chunk.seq]
+                if chunk.retries == 0:
+                    self.rtt.sample(now - chunk.first_sent)
+                group = accepted.get(chunk.reduction)
+                if group is None:
+                    group = accepted[chunk.reduction] = ([], [])
+                group[0].append(chunk.index)
+                group[1].append(bytes(data))
+                self._results.put(chunk.seq, group[1][-1])
+                counters["delivered"] += 1
+        for reduction, (indices, packets) in accepted.items():
+            reduction.fill(np.array(indices, dtype=np.int64), payloads(packets, reduction.words_per_result))
 
-    def _answer_fetch(self, header: Header, source: Address, out: list[Datagram]) -> None:
+    def _answer_fetch(self, wire_seq: int, source: Address, out: _Outgoing) -> None:
         """The PS lost a result that another worker needs: send it ours, as received.
 
         Only the job's PS may ask (the switch never does), so a worker never sends results
@@ -301,19 +368,12 @@ class Engine:
         if source != self.config.ps:
             self.counters["unexpected"] += 1
             return
-        packet = self._results.get(header.seq)
+        packet = self._results.get(wire_seq)
         if packet is None:
             self.counters["fetch_missing"] += 1
             return
-        out.append(Datagram(packet, source))
+        out.answers.append(Datagram(packet, source))
         self.counters["fetch_answered"] += 1
-
-    def _lookup(self, wire_seq: int) -> Chunk | None:
-        """The outstanding chunk a 32-bit wire seq names (outstanding seqs span less than W)."""
-        if not self._outstanding:
-            return None
-        oldest = next(iter(self._outstanding))
-        return self._outstanding.get(oldest + ((wire_seq - oldest) & SEQ_MASK))
 
     def _fail(self, chunk: Chunk) -> None:
         config = self.config

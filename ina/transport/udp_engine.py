@@ -16,6 +16,7 @@ from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 
+from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.net.udp import UdpRunner
 from ina.transport.engine import Engine, EngineConfig
@@ -88,17 +89,24 @@ class UdpEngine:
                 self._pending.append(s.future)
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self._settle(self.engine.receive(datagrams, now))
+        return self.receive_frames(Frames.of(datagrams), now).datagrams()
 
     def tick(self, now: float) -> list[Datagram]:
-        return self._settle(self.engine.tick(now))
+        return self.tick_frames(now).datagrams()
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        """What the runner calls (the engine's frames path: no Python object per packet sent)."""
+        return self._settle(self.engine.receive_frames(frames, now))
+
+    def tick_frames(self, now: float) -> Frames:
+        return self._settle(self.engine.tick_frames(now))
 
     def next_deadline(self) -> float | None:
         return self.engine.next_deadline()
 
-    def _settle(self, out: list[Datagram]) -> list[Datagram]:
+    def _settle(self, out: Frames) -> Frames:
         """Count what leaves, complete finished reductions, and fail everything once the engine has failed."""
-        self.bytes_sent += sum(len(d.data) for d in out)
+        self.bytes_sent += int(out.length.sum())
         for _handle, words in self.engine.completed():
             self._pending.popleft().set_result(words)
         if self.engine.error is not None:

@@ -1,0 +1,108 @@
+"""Throughput of the transports on loopback: `python -m benchmarks.transport`.
+
+Worker processes (4 by default) joined by a gloo process group reduce vectors of N THC
+coordinates (4-bit indices, g = 30, so 8-bit lanes) through each transport's `table_sum`,
+exactly as the hook calls it:
+
+- collective: torch.distributed (gloo) all_reduce of the uint8 table values;
+- switch: `SwitchTransport`, table values in 8-bit lanes through a software switch and PS;
+- ps: `PSTransport`, 4-bit indices to the PS alone.
+
+The switch and the PS are `ina.launch.LocalAggregators`: threads of the parent process.
+Every reduction starts after a barrier; its time is the slowest rank's, and the table shows
+the median over `--repeats` (after one warm-up). "chunks/s" is one worker's DATA packets per
+second (K words each); "fp32 GB/s" is N * 4 bytes per second, the fp32 gradient the
+reduction stands for; "worker CPU ms" is the CPU time (user and system, every thread, the
+barriers' too) of one worker process per reduction, the mean over ranks: what the transport
+costs a worker, where the seconds also count the aggregators and waiting. All transports run in the same processes, one after the other, so
+their numbers are comparable; the machine's load is not, so compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+LANE_BITS = 8  # 4 workers x g = 30 <= 255
+
+
+def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[str, str]], sizes: list[int],
+            repeats: int) -> dict[tuple[str, int], tuple[list[float], int, float]]:  # fmt: skip
+    """On every rank: per (transport, N), this rank's seconds per timed reduction, and per reduction the
+    bytes it sent and its CPU seconds."""
+    import torch
+    import torch.distributed as dist
+
+    from ina.compression import THCCodec, THCConfig
+    from ina.transport import create_transport
+
+    codec = THCCodec(THCConfig(bits=4, granularity=30))
+    group = dist.group.WORLD
+    generator = torch.Generator().manual_seed(rank)
+    vectors = {n: torch.randint(0, 16, (n,), dtype=torch.uint8, generator=generator) for n in sizes}
+    measured = {}
+    for name in names:
+        transport = create_transport(name, group, **options.get(name, {}))
+        transport.attach(codec, group)
+        try:
+            for n in sizes:
+                transport.table_sum(vectors[n], codec, workers, bucket=0).wait()  # warm-up
+                sent_before, seconds, cpu_before = transport.bytes_sent, [], _cpu()
+                for _ in range(repeats):
+                    dist.barrier()
+                    started = time.perf_counter()
+                    transport.table_sum(vectors[n], codec, workers, bucket=0).wait()
+                    seconds.append(time.perf_counter() - started)
+                cpu = (_cpu() - cpu_before) / repeats
+                measured[(name, n)] = (seconds, (transport.bytes_sent - sent_before) // repeats, cpu)
+        finally:
+            dist.barrier()  # no rank closes (rank 0 deregisters) while another still needs the job
+            transport.close()
+    return measured
+
+
+def _cpu() -> float:
+    """CPU seconds this process has used, in every thread."""
+    times = os.times()
+    return times.user + times.system
+
+
+def _chunks(name: str, n: int, words: int) -> int:
+    """DATA packets one worker sends for N coordinates (0 for the collective)."""
+    per_chunk = {"switch": words * (32 // LANE_BITS), "ps": words * (32 // 4)}.get(name)
+    return -(-n // per_chunk) if per_chunk else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 20], help="log2 of N, the coordinates per reduction")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--words", type=int, default=64, help="K, 32-bit words per packet")
+    parser.add_argument("--transports", nargs="+", default=["collective", "switch", "ps"],
+                        choices=["collective", "switch", "ps"])  # fmt: skip
+    args = parser.parse_args()
+
+    from ina.launch import LocalAggregators, run_workers
+
+    sizes = [1 << s for s in args.sizes]
+    with LocalAggregators(words=args.words) as local:
+        options = {name: local.options(name) for name in args.transports if name != "collective"}
+        reports = run_workers(_worker, args.workers, args.transports, options, sizes, args.repeats, timeout=600.0)
+    print(f"{args.workers} workers, K = {args.words}, 4-bit THC, {LANE_BITS}-bit lanes; median of {args.repeats}")
+    print(f"{'transport':<11}{'N':>10}{'s/reduction':>13}{'chunks/s':>10}{'fp32 GB/s':>11}{'kB sent':>9}{'worker CPU ms':>15}")
+    for name in args.transports:
+        for n in sizes:
+            slowest = [max(report[(name, n)][0][i] for report in reports) for i in range(args.repeats)]
+            seconds = statistics.median(slowest)
+            chunks = _chunks(name, n, args.words)
+            rate = f"{chunks / seconds:,.0f}" if chunks else "-"
+            sent = reports[0][(name, n)][1] / 1000
+            cpu = statistics.mean(report[(name, n)][2] for report in reports) * 1000
+            print(f"{name:<11}{n:>10,}{seconds:>13.4f}{rate:>10}{4 * n / seconds / 1e9:>11.3f}{sent:>9,.0f}{cpu:>15.1f}")
+
+
+if __name__ == "__main__":
+    main()
