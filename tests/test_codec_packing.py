@@ -59,3 +59,17 @@ def test_empty_input():
 def test_bad_arguments(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+@pytest.mark.parametrize("width", [1, 3, 4, 7, 8, 12, 16, 32])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.int64])
+def test_torch_packing_matches_the_protocols_numpy_packing(width, dtype):
+    """The worker packs with torch, the PS unpacks with numpy: both follow docs/protocol.md."""
+    from ina.protocol import pack_fields, unpack_fields
+
+    top = min(2**width, 256 if dtype == torch.uint8 else 2**31)
+    values = torch.randint(0, top, (777,), generator=torch.Generator().manual_seed(width)).to(dtype)
+    words = pack_bits(values, width)
+    reference = pack_fields(values.long().numpy(), width)
+    assert as_uint32(words) == reference.tolist()
+    assert unpack_bits(words, width, 777).long().tolist() == unpack_fields(reference, width, 777).tolist()
