@@ -11,7 +11,7 @@ from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.protocol import Header, Kind, parse
 from ina.transport.engine import Engine
-from ina.transport.packets import VECTORIZE_FROM
+from ina.protocol.batch import VECTORIZE_FROM
 from ina.transport.priority import FixedPriority
 
 STRANGER = ("6.6.6.6", 47100)

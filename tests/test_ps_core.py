@@ -11,7 +11,7 @@ from ina.control import Endpoint, JobSpec
 from ina.net.node import Datagram
 from ina.protocol import Flag, Header, Kind, pack_fields, parse, result_words
 from ina.ps import ParameterServer
-from ina.ps.batch import VECTOR_MIN
+from ina.protocol.batch import VECTORIZE_FROM
 
 K = 4
 JOB = 7
@@ -270,7 +270,7 @@ def test_ps_only_indices_are_looked_up_and_summed_into_lanes_exactly(index_bits,
     table = _table(index_bits, lane_bits, 4, rng)
     ps = make_ps(make_spec(switch=False, index_bits=index_bits, lane_bits=lane_bits, table=table, window=8))
     coordinates = K * (32 // index_bits)
-    chunks = VECTOR_MIN // 4 + 1
+    chunks = VECTORIZE_FROM // 4 + 1
     indices = rng.integers(0, 1 << index_bits, size=(chunks, 4, coordinates))
     packets = [Datagram(data(r, seq, pack_fields(indices[seq, r], index_bits), index_bits=index_bits, lane_bits=lane_bits, slot=0),
                         WORKERS[r]) for seq in range(chunks) for r in range(4)]
@@ -329,7 +329,7 @@ def test_fuzz_garbage_is_dropped_counted_and_changes_nothing(draw):
         noisy.insert(draw.draw(st.integers(0, len(noisy))), _garbage(draw.draw, legit))
     clean_ps, noisy_ps = make_ps(make_spec(window=8)), make_ps(make_spec(window=8))
     clean = [d for p, s in legit for d in clean_ps.receive([Datagram(p, s)], 0.0)]
-    batches = draw.draw(st.lists(st.integers(1, 2 * VECTOR_MIN), min_size=1, max_size=8))
+    batches = draw.draw(st.lists(st.integers(1, 2 * VECTORIZE_FROM), min_size=1, max_size=8))
     noisy_out, start = [], 0
     while start < len(noisy):
         size = batches[len(noisy_out) % len(batches)]

@@ -18,7 +18,7 @@ import numpy as np
 from ina.control import JobSpec
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
-from ina.ps.batch import Fields, decode
+from ina.protocol.batch import read_headers
 from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
 
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
@@ -75,7 +75,7 @@ class ParameterServer:
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
         out: list[Datagram] = []
-        fields = decode(datagrams, self.words)
+        fields = read_headers([d.data for d in datagrams], self.words)
         lanes = self._lookup(datagrams, fields)
         for i, (datagram, f) in enumerate(zip(datagrams, fields)):
             self._handle(datagram, f, lanes.get(i), now, out)
@@ -143,7 +143,7 @@ class ParameterServer:
 
     # --- packets ----------------------------------------------------------------------
 
-    def _lookup(self, datagrams: Sequence[Datagram], fields: list[Fields | None]) -> dict[int, np.ndarray]:
+    def _lookup(self, datagrams: Sequence[Datagram], fields: list[Header | None]) -> dict[int, np.ndarray]:
         """Table lanes of every indices DATA in the batch, one vectorized lookup per job."""
         rows: dict[int, list[int]] = {}
         for i, f in enumerate(fields):
@@ -158,7 +158,7 @@ class ParameterServer:
             lanes.update(zip(members, self._jobs[job_id].table.lanes(words)))
         return lanes
 
-    def _handle(self, datagram: Datagram, f: Fields | None, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
+    def _handle(self, datagram: Datagram, f: Header | None, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
         if f is None:
             self._counts["malformed"] += 1
             return
@@ -178,7 +178,7 @@ class ParameterServer:
             self._counts["rx_result"] += 1
             self._on_result(job, f, datagram, out)
 
-    def _on_data(self, job: JobState, f: Fields, datagram: Datagram, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
+    def _on_data(self, job: JobState, f: Header, datagram: Datagram, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
         if not job.sent_by(f.rank, datagram.addr):
             self._counts["unregistered"] += 1
             return
@@ -210,13 +210,13 @@ class ParameterServer:
                 self._fetch(job, f, now, out)
             self._status(job, f, chunk.pieces.held, out)
 
-    def _status(self, job: JobState, f: Fields, bitmap: int, out: list[Datagram]) -> None:
+    def _status(self, job: JobState, f: Header, bitmap: int, out: list[Datagram]) -> None:
         """Tell a resending worker which workers' contributions the PS holds."""
         status = _header(Kind.STATUS, job.spec.job, f.seq, ChunkFormat.of(f), bitmap).pack()
         out.append(Datagram(status, job.workers[f.rank]))
         self._counts["status_sent"] += 1
 
-    def _on_partial(self, job: JobState, f: Fields, datagram: Datagram, now: float, out: list[Datagram]) -> None:
+    def _on_partial(self, job: JobState, f: Header, datagram: Datagram, now: float, out: list[Datagram]) -> None:
         if datagram.addr != job.switch:
             self._counts["unregistered"] += 1
         elif not f.bitmap or f.bitmap & ~job.full:
@@ -232,7 +232,7 @@ class ParameterServer:
             else:
                 self._add_piece(job, f, f.bitmap, _payload(datagram), now, out)
 
-    def _on_result(self, job: JobState, f: Fields, datagram: Datagram, out: list[Datagram]) -> None:
+    def _on_result(self, job: JobState, f: Header, datagram: Datagram, out: list[Datagram]) -> None:
         """A RESULT copy from the switch, or a worker's answer to a FETCH."""
         if datagram.addr == job.switch:
             if f.bitmap != job.full:
@@ -257,7 +257,7 @@ class ParameterServer:
         else:
             self._counts["unregistered"] += 1
 
-    def _store(self, job: JobState, f: Fields, datagram: Datagram, out: list[Datagram]) -> bool:
+    def _store(self, job: JobState, f: Header, datagram: Datagram, out: list[Datagram]) -> bool:
         """Keep a RESULT received (as received), drop the chunk's pieces and answer the workers that
         asked for it; False if it is stored already."""
         packet = bytes(datagram.data)
@@ -272,7 +272,7 @@ class ParameterServer:
             self._counts["results_replayed"] += fetch.requesters.bit_count()
         return True
 
-    def _fetch(self, job: JobState, f: Fields, now: float, out: list[Datagram]) -> None:
+    def _fetch(self, job: JobState, f: Header, now: float, out: list[Datagram]) -> None:
         """A worker resent a chunk whose result the PS lacks: remember it, and ask the job's other
         workers (each keeps its newest 2W results) at most once per `flush_delay`."""
         fmt = ChunkFormat.of(f)
@@ -294,7 +294,7 @@ class ParameterServer:
         out.extend(Datagram(packet, w) for rank, w in enumerate(job.workers) if rank != f.rank)
         self._counts["fetch_sent"] += len(job.workers) - 1
 
-    def _add_piece(self, job: JobState, f: Fields, bitmap: int, sums: np.ndarray, now: float, out: list[Datagram]) -> Chunk | None:
+    def _add_piece(self, job: JobState, f: Header, bitmap: int, sums: np.ndarray, now: float, out: list[Datagram]) -> Chunk | None:
         """Add a piece to its chunk; the chunk if it is still incomplete, None if it completed or the piece was refused."""
         chunk = job.pending.get(f.seq)
         if chunk is None:

@@ -7,8 +7,7 @@ from typing import NamedTuple
 
 from ina.control import JobSpec
 from ina.net.node import Address
-from ina.protocol import Flag
-from ina.ps.batch import Fields
+from ina.protocol import Flag, Header
 from ina.ps.lookup import IndexTable
 from ina.ps.pieces import PieceSet
 from ina.ps.results import ResultRing
@@ -27,7 +26,7 @@ class ChunkFormat(NamedTuple):
     slot: int
 
     @classmethod
-    def of(cls, f: Fields) -> ChunkFormat:
+    def of(cls, f: Header) -> ChunkFormat:
         return cls(f.flags & _MAX, f.index_bits, f.lane_bits, f.slot)
 
 
@@ -84,7 +83,7 @@ class JobState:
         """A DATA of `rank` may come from that worker or through the job's switch."""
         return rank < len(self.workers) and (src == self.workers[rank] or src == self.switch)
 
-    def format_ok(self, f: Fields) -> bool:
+    def format_ok(self, f: Header) -> bool:
         """The switch's DATA rule (lanes of the job's width, 32 for MAX), and indices only
         with this job's table: what completes at the switch is also accepted here."""
         if f.lane_bits != (32 if f.flags & _MAX else self.spec.lane_bits):

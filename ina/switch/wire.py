@@ -8,7 +8,8 @@ import numpy as np
 
 from ina.net.frames import Frames
 from ina.net.node import Address
-from ina.protocol import HEADER_DTYPE, HEADER_LEN, MAGIC, VERSION, Flag, Kind
+from ina.protocol import HEADER_DTYPE, HEADER_LEN, Flag, Kind
+from ina.protocol.batch import new_headers, packet_rows
 from ina.switch.state import NO_ADDRESS
 
 
@@ -47,10 +48,8 @@ def encode(
     values: np.ndarray,
 ) -> np.ndarray:
     """RESULT or PARTIAL packets (rank 0, index_bits 0, RESEND clear) as rows of a uint8 matrix, one per row of `values`."""
-    count = values.shape[0]
-    head = np.zeros(count, dtype=HEADER_DTYPE)
-    head["magic"], head["version"], head["kind"] = MAGIC, VERSION, int(kind)
-    head["flags"] = np.where(op, int(Flag.MAX), 0)
+    head = new_headers(values.shape[0])
+    head["kind"], head["flags"] = int(kind), np.where(op, int(Flag.MAX), 0)
     head["job"], head["seq"], head["priority"], head["slot"] = job, seq, priority, slot
     head["lane_bits"], head["bitmap"] = lane_bits, bitmap
-    return np.concatenate([head.view(np.uint8).reshape(count, HEADER_LEN), values.astype(">u4").view(np.uint8)], axis=1)
+    return packet_rows(head, values)

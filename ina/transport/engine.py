@@ -21,7 +21,8 @@ from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, result_words
 from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
 from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length
 from ina.transport.errors import TransportError
-from ina.transport.packets import data_packets, payloads, read
+from ina.protocol.batch import read_headers
+from ina.transport.packets import data_packets, payloads
 from ina.transport.priority import MAX_PRIORITY, IntensityPriority, PriorityPolicy
 from ina.transport.rto import RttEstimator
 
@@ -320,30 +321,30 @@ class Engine:
         """Take a batch of datagrams (also in one buffer, `frames`, if the caller has it), in order:
         RESULTs and STATUSes for outstanding chunks, FETCHes from the PS (their answers go to `out`);
         count why not for the rest. Headers are read and checked a batch at a time
-        (`ina.transport.packets.read`), and the accepted RESULTs' sums copied into their reductions
+        (`ina.protocol.batch.read_headers`), and the accepted RESULTs' sums copied into their reductions
         a batch at a time."""
         config, counters, outstanding = self.config, self.counters, self._outstanding
         # Outstanding seqs span less than W, so a 32-bit wire seq names the same chunk whichever
         # outstanding chunk it is unwrapped from, before or after the batch completes some.
         oldest = next(iter(outstanding)) if outstanding else self._next_send
         accepted: dict[Reduction, tuple[list[int], list[bytes]]] = {}  # chunk indices and RESULTs by reduction
-        for (ok, kind, job, wire_seq, flags, lane_bits, index_bits, bitmap), (data, source) in zip(
-            read(datagrams, config.words, frames), datagrams
-        ):
+        spans = None if frames is None else (frames.buffer, frames.start, frames.length)
+        headers = read_headers([data for data, _ in datagrams], config.words, spans)
+        for h, (data, source) in zip(headers, datagrams):
             if source not in config.sources:
                 counters["foreign"] += 1
-            elif not ok:
+            elif h is None:
                 counters["malformed"] += 1
-            elif job != config.job or kind not in (_RESULT, _STATUS, _FETCH):
+            elif h.job != config.job or h.kind not in (_RESULT, _STATUS, _FETCH):
                 counters["unexpected"] += 1
-            elif kind == _FETCH:
-                self._answer_fetch(wire_seq, source, out)
-            elif (chunk := outstanding.get(oldest + ((wire_seq - oldest) & SEQ_MASK))) is None:
+            elif h.kind == _FETCH:
+                self._answer_fetch(h.seq, source, out)
+            elif (chunk := outstanding.get(oldest + ((h.seq - oldest) & SEQ_MASK))) is None:
                 counters["late"] += 1
-            elif kind == _STATUS:
-                chunk.status = bitmap
+            elif h.kind == _STATUS:
+                chunk.status = h.bitmap
                 counters["status"] += 1
-            elif (flags & _MAX, lane_bits, index_bits) != chunk.reduction.format or bitmap != self._full:
+            elif (h.flags & _MAX, h.lane_bits, h.index_bits) != chunk.reduction.format or h.bitmap != self._full:
                 counters["unexpected"] += 1
             else:
                 del outstanding[chunk.seq]
