@@ -20,6 +20,7 @@ class Kind(IntEnum):
     FLUSH = 4
     STATUS = 5
     FETCH = 6
+    SWEEP = 7
 
 
 class Flag(IntFlag):

@@ -291,7 +291,8 @@ class SwitchCore:
         same_job = other & (key_job(key) == key_job(p.key))  # 4
         stale = same_job & first & (age != 0) & (age < np.uint32(1 << 31))
         other_job = other & ~same_job  # 5
-        preempt = other_job & first & (self.settings.policy == "esa") & (p.prio > prio)
+        # a one-worker chunk completes wherever it goes: evicting a victim for it would gain nothing
+        preempt = other_job & first & (self.settings.policy == "esa") & (p.prio > prio) & (self.table.fanin[p.job] > 1)
         collision = other_job & first & ~preempt
         flush = ~p.data
         flush_hit = flush & (key == p.key)

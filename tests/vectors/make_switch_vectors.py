@@ -152,6 +152,31 @@ def sweep(r: Recorder) -> None:
     r.tick(1.5, "idle for slot_timeout: PARTIAL to the PS, slot freed, redirect")
 
 
+def single_worker(r: Recorder) -> None:
+    r.job(1, workers=2, window=4)
+    r.job(2, workers=1, window=2)  # pool 4: both windows start at slot 0
+    r.send(r.rig.data(1, 0, 0, [1, 1, 1, 1], prio=1), "job 1 claims slot 0 with priority 1")
+    r.send(r.rig.data(2, 0, 4, [5, 6, 7, 8], prio=9), "job 2 has one worker: its chunk would complete at once, so it collides instead of preempting")
+    r.send(r.rig.data(2, 0, 5, [9, 9, 9, 9]), "a one-worker chunk on a free slot claims and completes at once")
+    r.send(r.rig.data(1, 1, 0, [2, 2, 2, 2]), "job 1's chunk was never evicted: it completes in the switch")
+
+
+def slot_reuse(r: Recorder) -> None:
+    r.job(1, workers=2, window=2)
+    r.job(2, workers=2, window=2)  # pool 8: job 2 starts at slot 2
+    norm = int(np.float32(1.5).view(np.uint32))
+    r.send(r.rig.data(1, 0, 0, [norm, 0, 0, 0], op_max=True), "a MAX chunk claims slot 0")
+    r.send(r.rig.data(1, 1, 0, [norm, 0, 0, 0], op_max=True), "and completes: the slot is free")
+    r.send(r.rig.data(1, 0, 8, [1, 2, 3, 4]), "a SUM chunk of the job takes the free slot 0")
+    r.send(r.rig.data(1, 1, 8, [4, 3, 2, 1]), "and completes")
+    r.send(r.rig.data(1, 0, 8, [1, 2, 3, 4]), "a late duplicate of that chunk claims the free slot (a harmless partial)")
+    r.send(r.rig.data(1, 1, 16, [7, 7, 7, 7]), "the job's next chunk there replaces it as stale: PARTIAL to the PS")
+    r.send(r.rig.data(1, 0, 0, [norm, 0, 0, 0], op_max=True), "a duplicate of an older chunk: straggler")
+    r.send(r.rig.data(1, 0, 16, [1, 1, 1, 1]), "chunk 16 completes")
+    r.send(r.rig.data(2, 0, 6, [3, 3, 3, 3]), "another job's chunk takes the slot its last chunk left free")
+    r.send(r.rig.data(1, 0, 9, [1, 1, 1, 1], resend=True), "a RESEND of a chunk not in its free slot: forwarded")
+
+
 Scenario = tuple[Callable[[Recorder], None], str, dict[str, Any], dict[str, int]]
 SCENARIOS: dict[str, Scenario] = {  # name: (steps, description, switch options, counters it must produce)
     "claim_complete": (claim_and_complete, "Claim, add, complete: RESULT to every worker and a copy to the PS.", {},
@@ -172,6 +197,10 @@ SCENARIOS: dict[str, Scenario] = {  # name: (steps, description, switch options,
               {"flush_requests": 2, "flush_hits": 1, "redirected": 1, "unregistered": 1}),
     "drops": (drops, "Malformed, unexpected, unregistered, bad_slot and bad_format packets are dropped.", {},
               {"malformed": 4, "unexpected": 1, "unregistered": 3, "bad_slot": 1, "bad_format": 2, "claimed": 1}),
+    "single_worker": (single_worker, "A one-worker job collides rather than preempt, and completes at once on a free slot.",
+                      {"pool": 4}, {"preempted": 0, "collision": 1, "completed": 2}),
+    "slot_reuse": (slot_reuse, "Completed slots are free for the next chunk of the job (either operation), a late "
+                   "duplicate, and other jobs.", {}, {"claimed": 5, "stale": 1, "straggler": 1, "completed": 3, "resend_forwarded": 1}),
     "sweep": (sweep, "The idle sweep flushes a partial untouched for slot_timeout.", {"slot_timeout": 0.5}, {"swept": 1}),
 }  # fmt: skip
 
