@@ -1,0 +1,75 @@
+/* The v1model parser, deparser and checksum controls: Ethernet, IPv4, UDP to INA_PORT, the ina
+ * header, and for DATA its WORDS payload words. A packet too short for what it claims is a parser
+ * error, which Validate counts as malformed. */
+#ifndef INA_PARSER_P4
+#define INA_PARSER_P4
+
+parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (4w5, 13w0, IP_PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            INA_PORT: parse_ina;
+            default: accept;
+        }
+    }
+
+    state parse_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.ina.kind) {
+            KIND_DATA: parse_words;
+            default: accept;
+        }
+    }
+
+    state parse_words {
+        packet.extract(hdr.words);
+        transition accept;
+    }
+}
+
+control InaVerifyChecksum(inout headers_t hdr, inout ina_meta_t meta) {
+    apply { }
+}
+
+/* UDP checksums are zeroed on every packet the switch writes (allowed over IPv4), so only the
+ * IPv4 header checksum is recomputed. */
+control InaComputeChecksum(inout headers_t hdr, inout ina_meta_t meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.src, hdr.ipv4.dst },
+            hdr.ipv4.checksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control InaDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.ina);
+        packet.emit(hdr.words);
+    }
+}
+
+#endif
