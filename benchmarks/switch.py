@@ -1,6 +1,7 @@
-"""Throughput of the software switch on loopback: `python -m benchmarks.switch`.
+"""Throughput of the software switch on loopback, and of the P4 switch on BMv2: `python -m benchmarks.switch`.
 
-The switch server runs in its own process; load-generating worker processes run closed
+The switch server runs in its own process (with `--target bmv2 software`, BMv2 on a veth pair
+this benchmark creates, run as root, and the software switch, measured one after the other); load-generating worker processes run closed
 loops (at most `window` chunks outstanding, as real workers do) with batched sends and
 receives, each over its own UDP socket. Rates come from the switch's own counters.
 "fp32-equivalent MB/s" counts the coordinates the switch aggregated per second at 4 bytes
@@ -10,6 +11,7 @@ each, with 8-bit lanes carrying 4 coordinates per 32-bit word.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import os
 import select
@@ -37,16 +39,52 @@ class Case:
     seconds: float
     procs: int
     batch: int
+    target: str = "software"
+
+
+BMV2_HOST, BMV2_SWITCH, BMV2_MAC = "10.97.0.1", "10.97.0.254", "02:00:00:00:00:fe"
+"""The load's address on the host side of the veth, and the P4 switch's address behind it."""
 
 
 def _serve_switch(case: Case, ready: mp.Queue, stop: mp.Event) -> None:
     from ina.switch import SwitchConfig
     from ina.switch.server import SwitchServer
 
-    with SwitchServer(SwitchConfig(pool=case.pool, words=case.words), (LOOPBACK, 0), (LOOPBACK, 0), batch=case.batch) as server:
+    config = SwitchConfig(pool=case.pool, words=case.words)
+    if case.target == "bmv2":
+        _serve_bmv2(config, ready, stop)
+        return
+    with SwitchServer(config, (LOOPBACK, 0), (LOOPBACK, 0), batch=case.batch) as server:
         server.start()
         ready.put((server.address, server.control_address, os.getpid()))
         stop.wait()
+
+
+def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignore[no-untyped-def]
+    """BMv2 on a veth pair whose other end holds the load's address: every packet crosses BMv2."""
+    import subprocess
+
+    from ina.p4.controller import Route
+    from ina.p4.server import P4SwitchServer
+    from ina.protocol import INA_PORT
+
+    switch_side, host_side = "inabench0", "inabench1"
+    run = lambda *command: subprocess.run(command, check=True, capture_output=True)  # noqa: E731
+    run("ip", "link", "add", switch_side, "type", "veth", "peer", "name", host_side)
+    try:
+        for name in (switch_side, host_side):
+            run("sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1")
+            run("ip", "link", "set", name, "up")
+        run("ip", "addr", "add", f"{BMV2_HOST}/24", "dev", host_side)
+        run("ip", "neigh", "replace", BMV2_SWITCH, "lladdr", BMV2_MAC, "dev", host_side, "nud", "permanent")
+        mac = open(f"/sys/class/net/{host_side}/address").read().strip()
+        with P4SwitchServer(config, (BMV2_SWITCH, INA_PORT), (LOOPBACK, 0), {1: switch_side},
+                            [Route(BMV2_HOST, mac, 1)], BMV2_MAC) as server:  # fmt: skip
+            server.start()
+            ready.put((server.address, server.control_address, server.bmv2.process.pid))
+            stop.wait()
+    finally:
+        subprocess.run(["ip", "link", "del", switch_side], capture_output=True)
 
 
 def _data_rows(job: int, rank: int, seqs: np.ndarray, slot_base: int, pool: int, payload: np.ndarray) -> np.ndarray:
@@ -74,7 +112,8 @@ def _seqs(frames: Frames) -> list[int]:
 def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Queue, results: mp.Queue) -> None:
     """Closed loops of the workers `ranks` in one process: each keeps `window` chunks
     outstanding (it sends chunk `seq` once it holds every result below `seq - window`)."""
-    sockets = {rank: BatchSocket(open_socket((LOOPBACK, 0))) for rank in ranks}
+    host = BMV2_HOST if case.target == "bmv2" else LOOPBACK
+    sockets = {rank: BatchSocket(open_socket((host, 0))) for rank in ranks}
     for rank, io in sockets.items():
         ports.put((rank, io.sock.getsockname()[1]))
     job, slot_base, deadline = go.get()
@@ -111,7 +150,8 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
     switch = ctx.Process(target=_serve_switch, args=(case, ready, stop))
     switch.start()
     data_addr, control_addr, pid = ready.get(timeout=30)
-    ps_sink = open_socket((LOOPBACK, 0))  # the PS: result copies land here unread
+    host = BMV2_HOST if case.target == "bmv2" else LOOPBACK
+    ps_sink = open_socket((host, 0))  # the PS: result copies land here unread
     ports, results = ctx.Queue(), ctx.Queue()
     groups = [list(range(case.workers))[i :: case.procs] for i in range(case.procs)]
     gos = [ctx.Queue() for _ in groups]
@@ -120,8 +160,8 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
         process.start()
     by_rank = dict(ports.get(timeout=30) for _ in range(case.workers))
     control = ControlClient(*control_addr)
-    spec = JobSpec(job=1, workers=tuple(Endpoint(LOOPBACK, by_rank[r]) for r in range(case.workers)), window=case.window,
-                   lane_bits=LANE_BITS, ps=Endpoint(LOOPBACK, ps_sink.getsockname()[1]))  # fmt: skip
+    spec = JobSpec(job=1, workers=tuple(Endpoint(host, by_rank[r]) for r in range(case.workers)), window=case.window,
+                   lane_bits=LANE_BITS, ps=Endpoint(host, ps_sink.getsockname()[1]))  # fmt: skip
     slot_base = control.register(spec)["slot_base"]
     deadline = time.time() + warmup + case.seconds
     for q in gos:
@@ -140,7 +180,7 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
     elapsed = t1 - t0
     rx = (after["rx_packets"] - before["rx_packets"]) / elapsed
     return {
-        "words": case.words, "workers": case.workers, "window": case.window,
+        "target": case.target, "words": case.words, "workers": case.workers, "window": case.window,
         "rx_pps": rx, "tx_pps": (after["tx_packets"] - before["tx_packets"]) / elapsed,
         "chunks_per_s": (after["completed"] - before["completed"]) / elapsed,
         "fp32_MBps": rx * case.words * (32 // LANE_BITS) * 4 / 1e6,
@@ -161,14 +201,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per K; the table shows the median run (by rx pkt/s) and the best")
     parser.add_argument("--procs", type=int, default=2, help="load-generating processes sharing the workers")
     parser.add_argument("--batch", type=int, default=1024, help="the switch runner's datagrams per call")
+    parser.add_argument("--target", nargs="+", choices=("software", "bmv2"), default=["software"],
+                        help="switches to measure, one after the other in this run (bmv2: root, p4c and BMv2)")
     args = parser.parse_args()
-    print(f"{'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
+    print(f"{'target':>8} {'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
           f"{'rx pkt/CPU-s':>12} {'load CPU':>8}")  # fmt: skip
-    for words in args.words:
-        runs = sorted((measure(Case(words, args.workers, args.window, args.pool, args.seconds, args.procs, args.batch))
+    for target, words in itertools.product(args.target, args.words):
+        runs = sorted((measure(Case(words, args.workers, args.window, args.pool, args.seconds, args.procs, args.batch, target))
                        for _ in range(args.repeat)), key=lambda r: r["rx_pps"])  # fmt: skip
         for label, r in (("median", runs[len(runs) // 2]), ("best", runs[-1])):
-            print(f"{words:>5} {label:>6} {r['rx_pps']:>10,.0f} {r['tx_pps']:>10,.0f} {r['chunks_per_s']:>9,.0f} "
+            print(f"{target:>8} {words:>5} {label:>6} {r['rx_pps']:>10,.0f} {r['tx_pps']:>10,.0f} {r['chunks_per_s']:>9,.0f} "
                   f"{r['fp32_MBps']:>12,.1f} {r['switch_cpu']:>10.0%} {r['capacity_pps']:>12,.0f} {r['load_cpu']:>8.0%}"
                   + ("  STALLED" if any(run["stalled"] for run in runs) else ""))  # fmt: skip
     print(f"({args.workers} workers in {args.procs} load processes, window {args.window}, pool {args.pool}, "

@@ -1,0 +1,161 @@
+"""BMv2 rigs for the P4 tests: veth ports this test creates, simple_switch_grpc on them, the
+controller, and a raw socket on the far end of each veth to put frames on the wire and read them.
+
+Tests that use it skip, saying why, without root, p4c, simple_switch_grpc or the 'p4' extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from ina.p4 import toolchain
+
+_PACKET_OUTGOING = 4
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (veth ports for BMv2)"
+    if importlib.util.find_spec("p4") is None or importlib.util.find_spec("bm_runtime") is None:
+        return "needs the 'p4' extra (pip install -e '.[p4]')"
+    return toolchain.missing("p4c", "simple_switch_grpc")
+
+
+needs_bmv2 = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+
+
+def run(*command: str) -> None:
+    subprocess.run(command, check=True, capture_output=True)
+
+
+def interface_mac(name: str) -> str:
+    with open(f"/sys/class/net/{name}/address") as f:
+        return f.read().strip()
+
+
+class VethPair:
+    """A veth pair named after this test run, with IPv6 off so the kernel sends nothing on it."""
+
+    def __init__(self, tag: str) -> None:
+        suffix = uuid.uuid4().hex[:6]
+        self.switch_side, self.host_side = f"is{tag}{suffix}", f"ih{tag}{suffix}"
+        run("ip", "link", "add", self.switch_side, "type", "veth", "peer", "name", self.host_side)
+        for name in (self.switch_side, self.host_side):
+            run("sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1")
+            run("ip", "link", "set", name, "up")
+
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", self.switch_side], capture_output=True)
+
+
+class Wire:
+    """A raw socket on the host side of a veth: frames in and out, as the switch port sees them."""
+
+    def __init__(self, interface: str) -> None:
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        self.sock.bind((interface, 0))
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame)
+
+    def receive(self, timeout: float) -> bytes | None:
+        """The next frame the switch sent on this port, or None after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                frame, address = self.sock.recvfrom(65535)
+            except socket.timeout:
+                return None
+            if address[2] != _PACKET_OUTGOING:
+                return frame
+        return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass(frozen=True)
+class Udp:
+    """A UDP datagram as read from a frame."""
+
+    src: tuple[str, int]
+    dst: tuple[str, int]
+    payload: bytes
+
+
+def frame(src: tuple[str, int], dst: tuple[str, int], payload: bytes, src_mac: str, dst_mac: str) -> bytes:
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    return bytes(Ether(src=src_mac, dst=dst_mac) / IP(src=src[0], dst=dst[0]) / UDP(sport=src[1], dport=dst[1]) / payload)
+
+
+def udp_of(data: bytes) -> Udp | None:
+    """The UDP datagram of an Ethernet/IPv4 frame, cut to its UDP length; None for anything else."""
+    if len(data) < 42 or data[12:14] != b"\x08\x00" or data[23] != 17:
+        return None
+    ihl = (data[14] & 0x0F) * 4
+    udp = 14 + ihl
+    length = int.from_bytes(data[udp + 4 : udp + 6], "big")
+    ip = lambda at: socket.inet_ntoa(data[at : at + 4])  # noqa: E731
+    port = lambda at: int.from_bytes(data[at : at + 2], "big")  # noqa: E731
+    return Udp((ip(26), port(udp)), (ip(30), port(udp + 2)), data[udp + 8 : udp + length])
+
+
+class Netns:
+    """A network namespace this test creates, with its loopback up; deleted on close."""
+
+    def __init__(self, tag: str) -> None:
+        self.name = f"ina{tag}{uuid.uuid4().hex[:6]}"
+        run("ip", "netns", "add", self.name)
+        self.run("ip", "link", "set", "lo", "up")
+
+    def run(self, *command: str) -> None:
+        run("ip", "netns", "exec", self.name, *command)
+
+    def command(self, *command: str) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *command]
+
+    def close(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+class Host:
+    """A namespace on one veth: `address`/24 on its side, the other side left in the root namespace
+    (a BMv2 port, or the controller's management link)."""
+
+    def __init__(self, tag: str, address: str, netns: Netns | None = None) -> None:
+        self.netns = netns or Netns(tag)
+        self.veth = VethPair(tag)
+        self.address = address
+        run("ip", "link", "set", self.veth.host_side, "netns", self.netns.name)
+        self.netns.run("ip", "addr", "add", f"{address}/24", "dev", self.veth.host_side)
+        self.netns.run("ip", "link", "set", self.veth.host_side, "up")
+        self.mac = self.read_mac()
+
+    def read_mac(self) -> str:
+        done = subprocess.run(self.netns.command("cat", f"/sys/class/net/{self.veth.host_side}/address"),
+                              check=True, capture_output=True, text=True)  # fmt: skip
+        return done.stdout.strip()
+
+    def neighbour(self, ip: str, mac: str) -> None:
+        """A static ARP entry: the switch floods nothing it need not."""
+        self.netns.run("ip", "neigh", "replace", ip, "lladdr", mac, "dev", self.veth.host_side, "nud", "permanent")
+
+    def netem(self, spec: str) -> None:
+        """Shape both directions of the link: the host's sending side and the switch's."""
+        self.netns.run("tc", "qdisc", "add", "dev", self.veth.host_side, "root", "netem", *spec.split())
+        run("tc", "qdisc", "add", "dev", self.veth.switch_side, "root", "netem", *spec.split())
+
+    def close(self) -> None:
+        self.veth.close()
+        self.netns.close()

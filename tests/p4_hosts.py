@@ -1,0 +1,96 @@
+"""What runs on the test hosts of tests/test_p4_udp.py, inside their network namespace:
+`python p4_hosts.py sums JSON` (concurrent jobs of UDP engines; exactness against direct sums)
+or `python p4_hosts.py ddp JSON` (DDP training with transport="switch" and "collective").
+It prints one JSON line with what it measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ina.control import Endpoint, JobSpec  # noqa: E402
+from ina.net.udp import open_socket  # noqa: E402
+from ina.protocol import pack_fields, unpack_fields  # noqa: E402
+from ina.transport.engine import EngineConfig  # noqa: E402
+from ina.transport.priority import FixedPriority  # noqa: E402
+from ina.transport.udp_engine import UdpEngine  # noqa: E402
+from ina.transport.udp_setup import Aggregator, deregister, locate, register  # noqa: E402
+
+
+def sums(options: dict) -> dict:
+    """Jobs of `workers` engines each, all at once, every reduction checked against the direct sum."""
+    ps = Aggregator.configure("ps", control=options["ps_control"])
+    switch = Aggregator.configure("switch", control=options["switch_control"])
+    deployment = locate(ps, switch)
+    rng = np.random.default_rng(options["seed"])
+    jobs, failures = [], []
+    for number, job in enumerate(options["jobs"]):
+        n = job["workers"]
+        sockets = [open_socket((options["host"], 0)) for _ in range(n)]
+        spec = JobSpec(job=100 + number, workers=tuple(Endpoint(*s.getsockname()) for s in sockets), window=job["window"],
+                       lane_bits=8, priority_cap=job.get("priority_cap", 255))  # fmt: skip
+        registration = register(ps, switch, deployment, spec, pick_job=True)
+        sources = frozenset({deployment.switch, deployment.ps})
+        engines = [UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=n, words=deployment.words,
+                                          window=job["window"], destination=deployment.switch, sources=sources,
+                                          pool=deployment.pool, slot_base=registration.slot_base, min_rto=0.02,
+                                          initial_rto=0.05, max_rto=0.5, peer_timeout=60.0),
+                             sock, FixedPriority(job["priority"])) for rank, sock in enumerate(sockets)]  # fmt: skip
+        values = rng.integers(0, 256 // n, size=(job["reductions"], n, job["coordinates"]), dtype=np.uint32)
+        norms = rng.random((job["reductions"], n)).astype(np.float32)
+        jobs.append((registration.job, engines, values, norms))
+
+    def submit(engines, values, norms, rank, futures):
+        for r in range(values.shape[0]):
+            futures.append(("max", r, engines[rank].submit(norms[r, rank : rank + 1].view(np.uint32), op="max", lane_bits=32)))
+            futures.append(("sum", r, engines[rank].submit(pack_fields(values[r, rank], 8), lane_bits=8)))
+
+    submitted: dict[tuple[int, int], list] = {}
+    threads = []
+    for job_id, engines, values, norms in jobs:
+        for rank in range(len(engines)):
+            futures = submitted.setdefault((job_id, rank), [])
+            threads.append(threading.Thread(target=submit, args=(engines, values, norms, rank, futures)))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for job_id, engines, values, norms in jobs:
+        for rank in range(len(engines)):
+            for op, r, future in submitted[(job_id, rank)]:
+                got = future.result(timeout=120)
+                if op == "sum":
+                    ok = np.array_equal(unpack_fields(got, 8, values.shape[2]), values[r].sum(axis=0))
+                else:
+                    ok = got.view(np.float32)[0] == norms[r].max()
+                if not ok:
+                    failures.append([job_id, rank, op, r])
+    counters = {"switch": switch.client().counters(), "ps": ps.client().counters()}
+    for job_id, engines, _, _ in jobs:
+        for engine in engines:
+            engine.close()
+        deregister(ps, switch, job_id)
+    return {"failures": failures, "checked": sum(len(f) for f in submitted.values()), "counters": counters}
+
+
+def ddp(options: dict) -> dict:
+    """The final losses of the same DDP training with the collective, switch and PS transports
+    (tests/test_transport_udp.py's training), the aggregators named by INA_* variables."""
+    os.environ.update(options["environment"])
+    from test_transport_udp import _losses
+
+    from ina.launch import run_workers
+
+    results = run_workers(_losses, options["workers"], {}, timeout=300)
+    return {"losses": [{name: loss for name, (loss, _) in result.items()} for result in results]}
+
+
+if __name__ == "__main__":
+    command, options = sys.argv[1], json.loads(sys.argv[2])
+    print(json.dumps({"sums": sums, "ddp": ddp}[command](options)), flush=True)

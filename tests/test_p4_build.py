@@ -1,0 +1,59 @@
+"""`ina p4 build`: p4c compiles the BMv2 program cleanly for the vectors' sizes and a deployment's;
+without a compiler the command says where it looked and what to install."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ina.p4 import toolchain
+from ina.p4.build import BuildError, build, check
+
+needs_p4c = pytest.mark.skipif(toolchain.missing("p4c") is not None, reason=toolchain.missing("p4c") or "")
+
+
+def test_a_missing_compiler_is_named_with_where_ina_looked(monkeypatch, tmp_path):
+    monkeypatch.setenv("INA_P4C", str(tmp_path / "no-p4c"))
+    with pytest.raises(toolchain.ToolMissing, match=r"p4c not found: looked in \$INA_P4C=.*no-p4c.*install p4lang's p4c"):
+        build(4, 8)
+    done = subprocess.run([sys.executable, "-m", "ina.cli", "p4", "build", "--words", "4", "--pool", "8"],
+                          capture_output=True, text=True, env=os.environ | {"INA_P4C": str(tmp_path / "no-p4c")})  # fmt: skip
+    assert done.returncode == 2 and "ina p4 build: p4c not found" in done.stderr
+
+
+def test_sizes_the_program_cannot_take_fail_before_compiling():
+    with pytest.raises(ValueError, match="--words must be in 1..256"):
+        check("bmv2", 300, 64)
+    with pytest.raises(ValueError, match="power of two"):
+        check("bmv2", 64, 48)
+    with pytest.raises(ValueError, match="--target"):
+        check("tofino2", 64, 64)
+
+
+@needs_p4c
+@pytest.mark.parametrize("words, pool", [(4, 8), (4, 4), (64, 4096)])
+def test_p4c_compiles_the_bmv2_program_without_warnings(words, pool, tmp_path):
+    result = build(words, pool, out=tmp_path)
+    assert "warning" not in result.warnings.lower(), result.warnings
+    pipeline = json.loads(result.pipeline.read_text())
+    registers = {r["name"]: r["size"] for r in pipeline["register_arrays"]}
+    assert registers["ina_missing"] == pool and registers["ina_value"] == pool * words
+    headers = {h["name"]: h for h in pipeline["headers"]}
+    assert sum(1 for name in headers if name.startswith("words[")) == words
+    p4info = result.p4info.read_text()
+    for table in ("ina_jobs", "ina_workers", "ina_victims", "ina_routes", "ina_replicas", "ina_switch", "ina_l2"):
+        assert f'name: "{table}"' in p4info
+
+
+@needs_p4c
+def test_a_program_p4c_refuses_is_an_error_with_its_diagnostics(tmp_path, monkeypatch):
+    broken = tmp_path / "src"
+    broken.mkdir()
+    (broken / "ina_v1model.p4").write_text("this is not P4;\n")
+    monkeypatch.setattr("ina.p4.build.sources", lambda: broken)
+    with pytest.raises(BuildError, match="p4c failed"):
+        build(4, 8, out=tmp_path / "out")

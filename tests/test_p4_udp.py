@@ -1,0 +1,106 @@
+"""The P4 switch on BMv2 end to end: real packets over veth links between network namespaces
+this test creates, `ina ps` on its own host, workers on another, the controller's control API on a
+management link. Two jobs of different priorities contend for a small pool under loss,
+duplication and reordering, and every sum is exact; DDP through BMv2 ends bit-identical to the
+collective transport."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bmv2_support import Host, needs_bmv2, run
+
+from ina.protocol import INA_PORT
+from ina.switch import SwitchConfig
+
+pytestmark = needs_bmv2
+
+WORDS, POOL = 16, 8
+SWITCH_IP, SWITCH_MAC = "10.99.0.254", "02:00:00:00:00:fe"
+WORKERS_IP, PS_IP, MANAGEMENT_IP = "10.99.0.1", "10.99.0.2", "10.98.0.254"
+PS_PORT, PS_CONTROL = 47101, 47181
+HOSTS = Path(__file__).parent / "p4_hosts.py"
+
+
+class Network:
+    """BMv2 with the workers' host on port 1 and the PS's on port 2, the controller in this process."""
+
+    def __init__(self) -> None:
+        from ina.p4.controller import Route
+        from ina.p4.server import P4SwitchServer
+
+        self.parts: list = []
+        self.workers = self._keep(Host("w", WORKERS_IP))
+        self.ps_host = self._keep(Host("p", PS_IP))
+        self.management = self._keep(Host("m", "10.98.0.1", netns=self.workers.netns))
+        run("ip", "addr", "add", f"{MANAGEMENT_IP}/24", "dev", self.management.veth.switch_side)
+        for host in (self.workers, self.ps_host):
+            host.neighbour(SWITCH_IP, SWITCH_MAC)
+        self.workers.neighbour(PS_IP, self.ps_host.mac)
+        self.ps_host.neighbour(WORKERS_IP, self.workers.mac)
+        routes = [Route(WORKERS_IP, self.workers.mac, 1), Route(PS_IP, self.ps_host.mac, 2)]
+        config = SwitchConfig(pool=POOL, words=WORDS, policy="esa", slot_timeout=1.0)
+        interfaces = {1: self.workers.veth.switch_side, 2: self.ps_host.veth.switch_side}
+        self.switch = self._keep(P4SwitchServer(config, (SWITCH_IP, INA_PORT), (MANAGEMENT_IP, 0), interfaces, routes, SWITCH_MAC).start())
+        self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",
+                                                               "--control", f"{PS_IP}:{PS_CONTROL}", "--words", str(WORDS)),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        line = self.ps.stdout.readline()
+        assert line.startswith("ina ps: data"), line + self.ps.stdout.read()
+
+    def _keep(self, part):
+        self.parts.append(part)
+        return part
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {"INA_SWITCH_CONTROL": "%s:%d" % self.switch.control_address, "INA_PS_CONTROL": f"{PS_IP}:{PS_CONTROL}"}
+
+    def on_workers(self, command: str, options: dict, timeout: float = 600) -> dict:
+        done = subprocess.run(self.workers.netns.command(sys.executable, str(HOSTS), command, json.dumps(options)),
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def close(self) -> None:
+        self.ps.terminate()
+        self.ps.wait(timeout=10)
+        for part in reversed(self.parts):
+            part.close()
+
+
+@pytest.fixture(scope="module")
+def network():
+    net = Network()
+    yield net
+    net.close()
+
+
+def test_two_jobs_of_different_priorities_are_exact_through_bmv2_under_loss_duplication_and_reordering(network):
+    for host in (network.workers, network.ps_host):
+        host.netem("delay 1ms loss 2% duplicate 2% reorder 10% 50%")
+    try:
+        jobs = [dict(workers=2, window=POOL, priority=1, reductions=6, coordinates=4 * WORDS * 6),
+                dict(workers=3, window=POOL, priority=9, reductions=6, coordinates=4 * WORDS * 5)]  # fmt: skip
+        options = dict(host=WORKERS_IP, seed=7, jobs=jobs, **{k.removeprefix("INA_").lower(): v for k, v in network.environment.items()})
+        result = network.on_workers("sums", options)
+    finally:
+        for host in (network.workers, network.ps_host):
+            host.netns.run("tc", "qdisc", "del", "dev", host.veth.host_side, "root")
+            run("tc", "qdisc", "del", "dev", host.veth.switch_side, "root")
+    assert result["failures"] == []
+    assert result["checked"] == sum(2 * job["reductions"] * job["workers"] for job in jobs)
+    switch, ps = result["counters"]["switch"], result["counters"]["ps"]
+    assert switch["preempted"] > 0 and switch["collision"] > 0, switch
+    assert switch["completed"] > 0 and switch["unregistered"] == 0 and switch["malformed"] == 0, switch
+    assert ps["completed"] > 0, ps  # the chunks the switch handed on completed at the PS
+
+
+def test_ddp_through_bmv2_ends_with_exactly_the_collective_transports_parameters(network):
+    result = network.on_workers("ddp", {"workers": 2, "environment": network.environment})
+    for losses in result["losses"]:
+        assert losses["switch"] == losses["collective"] and losses["ps"] == losses["collective"], losses
