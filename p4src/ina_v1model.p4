@@ -104,10 +104,12 @@ control InaEgress(inout headers_t hdr, inout ina_meta_t meta, inout standard_met
     apply {
         if (meta.out == OUT_RECIRC) {
             recirculate_preserving_field_list(1);
-        } else if (meta.is_ina == 1) {
-            if (meta.out != OUT_RESULT || replicas.apply().hit) {
+        } else if (meta.is_ina == 1 && meta.out == OUT_RESULT) {
+            if (replicas.apply().hit) {
                 tx.count(0);
             }
+        } else if (meta.is_ina == 1) {
+            tx.count(0);
         } else if (std.egress_port == std.ingress_port) {
             mark_to_drop(std);  /* a flooded copy back where it came from */
         }

@@ -151,10 +151,26 @@ class Host:
         """A static ARP entry: the switch floods nothing it need not."""
         self.netns.run("ip", "neigh", "replace", ip, "lladdr", mac, "dev", self.veth.host_side, "nud", "permanent")
 
-    def netem(self, spec: str) -> None:
-        """Shape both directions of the link: the host's sending side and the switch's."""
-        self.netns.run("tc", "qdisc", "add", "dev", self.veth.host_side, "root", "netem", *spec.split())
-        run("tc", "qdisc", "add", "dev", self.veth.switch_side, "root", "netem", *spec.split())
+    def impair(self, loss: float, duplicate: float, reorder: float) -> None:
+        """Drop, duplicate and delay (so reorder) the given fractions of the packets each way on the link.
+
+        This kernel has no netem, so nftables does it: an egress rule drops or duplicates at random,
+        and marks some packets for a slow HTB class, behind which they arrive late."""
+        for prefix, device in ((self.netns.command(), self.veth.host_side), ([], self.veth.switch_side)):
+            rules = (f"table netdev ina_impair {{ chain egress {{ type filter hook egress device \"{device}\" priority 0; "
+                     f"numgen random mod 10000 < {round(loss * 1e4)} drop; "
+                     f"numgen random mod 10000 < {round(duplicate * 1e4)} dup to \"{device}\"; "
+                     f"numgen random mod 10000 < {round(reorder * 1e4)} meta priority set 1:2; }} }}")  # fmt: skip
+            run(*prefix, "nft", rules)
+            run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1", "r2q", "100000")
+            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
+            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:2", "htb", "rate", "2mbit")
+
+    def repair(self) -> None:
+        """Undo `impair`."""
+        for prefix, device in ((self.netns.command(), self.veth.host_side), ([], self.veth.switch_side)):
+            subprocess.run([*prefix, "nft", "delete", "table", "netdev", "ina_impair"], capture_output=True)
+            subprocess.run([*prefix, "tc", "qdisc", "del", "dev", device, "root"], capture_output=True)
 
     def close(self) -> None:
         self.veth.close()
