@@ -3,6 +3,7 @@
 A software switch and a PS run on loopback (``LocalAggregators``, in the test process or in
 rank 0); workers are gloo processes on this machine.
 """
+import math
 import os
 import time
 
@@ -44,6 +45,8 @@ def _sums(rank: int, workers: int, options: dict[str, dict[str, str]]) -> list[t
         generator = torch.Generator().manual_seed(100 * rank + bits)
         buckets = [torch.randint(0, 2**bits, (size,), dtype=torch.uint8, generator=generator) for size in (5000, 1, 777)]
         norms = [torch.rand((), generator=generator) * 10**exponent for exponent in (-3, 0, 6)]
+        # Non-finite verdicts: +inf from rank 1, a NaN with its sign bit set from the last rank.
+        norms += [torch.tensor(math.inf if rank == 1 else 2.0), torch.tensor(-math.nan if rank == n - 1 else 0.0)]
         transports = {"collective": CollectiveTransport(group)}
         for name in UDP_TRANSPORTS:
             transports[name] = create_transport(name, group, **options[name])
@@ -70,8 +73,10 @@ def test_switch_and_ps_sums_are_bit_identical_to_the_collective(aggregators):
             sums, maxima = results[name]
             for got, want in zip(sums, expected_sums):
                 assert got.dtype == want.dtype and torch.equal(got, want), (name, case)
-            for got, want in zip(maxima, expected_max):
-                assert got.shape == () and torch.equal(got, want), (name, case)
+            for got, want in zip(maxima, expected_max):  # bit patterns: NaN != NaN
+                assert got.shape == () and torch.equal(got.view(torch.int32), want.view(torch.int32)), (name, case)
+        for name in ("collective", *UDP_TRANSPORTS):
+            assert all(bool(m.isnan()) for m in results[name][1][3:]), (name, case)  # the verdict, everywhere
     assert widths == {8, 16}
 
 
