@@ -4,7 +4,7 @@ import sys
 
 import pytest
 import torch
-from conftest import FakeGroup
+from conftest import FakeBucket, FakeGroup
 
 import ina
 from ina import THCState, thc_hook
@@ -49,22 +49,6 @@ def test_the_default_group_must_exist():
 def test_unknown_transport_names_are_listed():
     with pytest.raises(ValueError, match=r"\['collective', 'ps', 'switch'\]"):
         create_transport("udp", None)
-
-
-class FakeBucket:
-    """The three GradBucket methods the hook relies on."""
-
-    def __init__(self, buffer: torch.Tensor, index: int, last: bool = True) -> None:
-        self._buffer, self._index, self._last = buffer, index, last
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    def index(self) -> int:
-        return self._index
-
-    def is_last(self) -> bool:
-        return self._last
 
 
 class SoloTransport(Transport):
