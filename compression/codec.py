@@ -9,14 +9,15 @@ import warnings
 
 import torch
 
-from . import hadamard, native, quantize
+from . import hadamard, native, quantize, scaling
 from .config import THCConfig
-from .quantize import Levels, Scalar, f32
+from .quantize import Levels, f32
 from .rng import ROUND_STREAM, SIGN_STREAM, Key, stream_key
 from .table import _require_int
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+Norm = float | torch.Tensor  # a number, or a one-element tensor (read on the host)
 _MAX_PADDED = 2**32  # element indices feed 32-bit random streams
 _warned_fallback = False
 
@@ -117,6 +118,9 @@ class THCCodec:
 
         Signs come from (seed, round, bucket); each block is an interleaved slice of the input
         (every m-th element), transformed and stored contiguously (see hadamard.py for why).
+        The transform's sums are exact in range for ||x|| up to fp32's max / sqrt(block); beyond,
+        or with inf or NaN in ``x``, the blocks concerned come out non-finite (NaN or inf), without
+        an error. Scale such ``x`` by a power of two first (the DDP hook does), or use :meth:`encode`.
         """
         x = _vector("x", x, _FLOATS).to(torch.float32)
         padded = self.padded_length(x.numel())
@@ -136,14 +140,27 @@ class THCCodec:
 
     # --- quantization ---
 
-    def quantize(self, y: torch.Tensor, norm: Scalar, *, round: int, bucket: int, worker: int) -> torch.Tensor:
-        """uint8 table indices of rotated ``y`` under the shared scale ``norm`` (M; 0 is allowed)."""
+    def norm(self, x: torch.Tensor) -> float:
+        """||x||_2 of a float vector, rounded to fp32: the value each worker contributes to the shared M.
+
+        Accurate for every finite ``x``, denormals and norms whose square overflows fp32 included
+        (see scaling.py); NaN when ``x`` holds inf or NaN, or when ||x|| itself exceeds fp32.
+        """
+        return scaling.vector_norm(_vector("x", x, _FLOATS).to(torch.float32))
+
+    def quantize(self, y: torch.Tensor, norm: Norm, *, round: int, bucket: int, worker: int) -> torch.Tensor:
+        """uint8 table indices of rotated ``y`` under the shared scale ``norm`` (M; 0 is allowed).
+
+        ``norm`` must be finite and >= 0 (ValueError otherwise); any finite M works, however small
+        or large (see scaling.py). Coordinates of ``y`` beyond the clip threshold, +-inf among
+        them, saturate at the end levels; NaN coordinates get index 0.
+        """
         y = _vector("y", y, _FLOATS).to(torch.float32)
+        y, norm = self._rescaled(y, norm)
         key = self._round_key(round, bucket, worker)
+        scale = quantize.normalizer(norm, y.numel())
         if _uses_native(y):
-            scale = quantize.normalizer(float(norm), y.numel(), y.device)
             return native.quantize(y, scale, self._levels_on(y.device), key)
-        scale = quantize.normalizer(norm, y.numel(), y.device)
         return quantize.quantize(y, scale, self._levels_on(y.device), key)
 
     def table_values(self, indices: torch.Tensor) -> torch.Tensor:
@@ -153,45 +170,61 @@ class THCCodec:
             return native.lookup(indices, self._levels_on(indices.device))
         return quantize.lookup(indices, self._levels_on(indices.device))
 
-    def _affine(self, total: torch.Tensor, workers: int, norm: Scalar) -> tuple[float, Scalar]:
+    def _affine(self, total: torch.Tensor, workers: int, norm: float) -> tuple[float, float]:
         """(offset, scale) with mean = (total - offset) * scale in the rotated domain."""
         self.config.check_workers(workers)
         g = self.config.granularity
-        offset = f32(workers * g / 2)
-        return offset, quantize.step(norm, total.numel(), workers, self.config.threshold, g, total.device)
+        return f32(workers * g / 2), quantize.step(norm, total.numel(), workers, self.config.threshold, g)
 
-    def dequantize(self, total: torch.Tensor, workers: int, norm: Scalar) -> torch.Tensor:
-        """fp32 rotated-domain mean from the sum over ``workers`` of their table values."""
+    def dequantize(self, total: torch.Tensor, workers: int, norm: Norm) -> torch.Tensor:
+        """fp32 rotated-domain mean from the sum over ``workers`` of their table values (``norm`` as in quantize)."""
         total = _vector("total", total, _INTEGERS)
-        return quantize.dequantize(total, *self._affine(total, workers, norm))
+        e, norm = self._exponent(norm)
+        return scaling.scaled(quantize.dequantize(total, *self._affine(total, workers, norm)), e)
 
     def decode(
-        self, total: torch.Tensor, workers: int, norm: Scalar, *, round: int, bucket: int, length: int
+        self, total: torch.Tensor, workers: int, norm: Norm, *, round: int, bucket: int, length: int
     ) -> torch.Tensor:
-        """fp32 mean of the workers' inputs (dequantize + unrotate, fused on CPU)."""
+        """fp32 mean of the workers' inputs (dequantize + unrotate, fused on CPU; ``norm`` as in quantize)."""
         total = _vector("total", total, _INTEGERS)
         self._check_padded("total", total, length)
+        e, norm = self._exponent(norm)
         key = self._sign_key(round, bucket)
         if _uses_native(total):
-            offset, scale = self._affine(total, workers, float(norm))
+            offset, scale = self._affine(total, workers, norm)
             if total.dtype not in (torch.uint8, torch.int32):
                 total = total.to(torch.float32)
-            return native.unrotate(total, self._block(length), key, length, offset=offset, scale=scale)
-        y = quantize.dequantize(total, *self._affine(total, workers, norm))
-        return hadamard.unrotate(y, self._block(length), key, length)
+            mean = native.unrotate(total, self._block(length), key, length, offset=offset, scale=scale)
+        else:
+            y = quantize.dequantize(total, *self._affine(total, workers, norm))
+            mean = hadamard.unrotate(y, self._block(length), key, length)
+        return scaling.scaled(mean, e)
 
-    def encode(self, x: torch.Tensor, norm: Scalar, *, round: int, bucket: int, worker: int) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, norm: Norm, *, round: int, bucket: int, worker: int) -> torch.Tensor:
         """uint8 table indices of ``x``: rotate then quantize (fused on CPU: the rotation is never stored).
 
-        ``norm`` is the shared M; ||x||_2 equals the rotated norm, so workers can agree on M first.
+        ``norm`` is the shared M, as in quantize; ||x||_2 equals the rotated norm, so workers can
+        agree on M first (:meth:`norm`).
         """
-        x = _vector("x", x, _FLOATS).to(torch.float32)
+        x, norm = self._rescaled(_vector("x", x, _FLOATS).to(torch.float32), norm)  # keeps the transform in range too
         if not _uses_native(x):
             y = self.rotate(x, round=round, bucket=bucket)
             return self.quantize(y, norm, round=round, bucket=bucket, worker=worker)
         padded = self.padded_length(x.numel())
-        scale = quantize.normalizer(float(norm), padded, x.device)
+        scale = quantize.normalizer(norm, padded)
         return native.encode(
             x, padded, self._block(x.numel()), self._sign_key(round, bucket), scale, self._levels_on(x.device),
             self._round_key(round, bucket, worker),
         )  # fmt: skip
+
+    @staticmethod
+    def _exponent(norm: Norm) -> tuple[int, float]:
+        """(e, norm * 2**-e) for the checked fp32 norm: e = 0 unless it lies outside scaling.EXACT."""
+        norm = quantize.checked_norm(norm)
+        e = scaling.rescaling(norm)
+        return e, norm * 2.0**-e
+
+    def _rescaled(self, vector: torch.Tensor, norm: Norm) -> tuple[torch.Tensor, float]:
+        """``vector`` and ``norm`` both scaled by the norm's 2**-e: quantizing them gives the same indices, in range."""
+        e, norm = self._exponent(norm)
+        return scaling.scaled(vector, -e), norm

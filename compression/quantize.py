@@ -13,9 +13,6 @@ import torch
 
 from .rng import Key, uniforms
 
-Scalar = float | torch.Tensor
-
-
 def f32(x: float) -> float:
     """``x`` rounded to the nearest fp32 value (kept as a Python float)."""
     return float(np.float32(x))
@@ -67,36 +64,35 @@ class Levels:
         return Levels(self.granularity, self.levels, self.threshold, self.gain, **move)
 
 
-def _as_scalar(norm: Scalar, device: torch.device) -> Scalar:
-    """A float norm checked to be >= 0, or a tensor norm as a 0-d fp32 tensor on ``device``."""
-    if isinstance(norm, torch.Tensor):
-        return norm.detach().to(device=device, dtype=torch.float32).reshape(())
-    norm = float(norm)
-    if not norm >= 0.0:
-        raise ValueError(f"norm must be >= 0 (the max over workers of ||y||_2), got {norm}")
-    return f32(norm)
+def checked_norm(norm: float | torch.Tensor) -> float:
+    """``norm`` (a number or a one-element tensor, read on the host) rounded to fp32, checked to be finite and >= 0.
+
+    A non-finite norm has no THC encoding: it means some worker's bucket holds inf or NaN, and
+    the caller must not quantize or decode with it (the DDP hook outputs NaN instead).
+    """
+    with np.errstate(over="ignore"):
+        value = float(np.float32(float(norm)))
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise ValueError(
+            f"norm must be a finite number >= 0 in fp32 (the max over workers of ||y||_2), got {float(norm)}; "
+            "a non-finite norm means a bucket holds inf or NaN, which THC cannot encode"
+        )
+    return value
 
 
-def normalizer(norm: Scalar, padded: int, device: torch.device) -> Scalar:
+def normalizer(norm: float, padded: int) -> float:
     """s = fp32(sqrt(d)) / fp32(M) in fp32, so u = y * s has unit scale; 0 when M == 0."""
-    norm = _as_scalar(norm, device)
     root = f32(math.sqrt(padded))
-    if isinstance(norm, torch.Tensor):
-        # norm.new_tensor(root) / norm divides; root / norm would multiply by a rounded reciprocal.
-        return torch.where(norm > 0, norm.new_tensor(root) / norm, torch.zeros_like(norm))
     return float(np.float32(root) / np.float32(norm)) if norm > 0 else 0.0
 
 
-def step(norm: Scalar, padded: int, workers: int, threshold: float, granularity: int, device: torch.device) -> Scalar:
+def step(norm: float, padded: int, workers: int, threshold: float, granularity: int) -> float:
     """fp32 scale from (sum - workers*g/2) to the rotated-domain mean: (2T/g) * M / sqrt(d) / workers."""
     unit = f32(2.0 * threshold / granularity / math.sqrt(max(padded, 1)) / workers)
-    norm = _as_scalar(norm, device)
-    if isinstance(norm, torch.Tensor):
-        return norm * unit
     return float(np.float32(norm) * np.float32(unit))
 
 
-def quantize(y: torch.Tensor, scale: Scalar, levels: Levels, key: Key) -> torch.Tensor:
+def quantize(y: torch.Tensor, scale: float, levels: Levels, key: Key) -> torch.Tensor:
     """uint8 table indices of fp32 ``y``: clip y*scale to [-T, T], map to [0, g], round stochastically."""
     t = levels.threshold
     u = y * scale
@@ -114,6 +110,6 @@ def lookup(indices: torch.Tensor, levels: Levels) -> torch.Tensor:
     return levels.values[indices.long()]
 
 
-def dequantize(total: torch.Tensor, offset: float, scale: Scalar) -> torch.Tensor:
+def dequantize(total: torch.Tensor, offset: float, scale: float) -> torch.Tensor:
     """fp32 (total - offset) * scale."""
     return (total.to(torch.float32) - offset) * scale

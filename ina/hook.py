@@ -5,18 +5,21 @@ Annotations here stay real objects (no ``from __future__ import annotations``): 
 ``torch.futures.Future[torch.Tensor]`` by identity.
 """
 import logging
+import math
 from typing import Any, Optional, Union
 
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, THCConfig
+from ina.compression import THCCodec, THCConfig, scaling
 from ina.transport import create_transport
 from ina.transport.base import Transport
 
 __all__ = ["THCState", "thc_hook"]
 
 logger = logging.getLogger(__name__)
+_FP32_MAX = torch.finfo(torch.float32).max
+
 
 def _require_int(name: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -34,7 +37,8 @@ class THCState:
             the defaults are the reference's: 16 levels in 0..30, 1/32 of the mass clipped.
         seed: seeds the shared random rotation; must be the same on every worker.
         error_feedback: add each worker's previous compression error to its next gradient.
-            THC is unbiased without it; it helps at low ``bits``.
+            THC is unbiased without it; it helps at low ``bits``. A bucket that is non-finite on
+            some worker leaves every worker's memory of it unchanged.
         start_iter: iterations of plain fp32 allreduce before compression starts. Early training
             is sensitive to gradient noise, and DDP rebuilds its buckets after iteration 0, so
             ``error_feedback`` needs ``start_iter >= 2`` (memory is kept per bucket index).
@@ -152,10 +156,19 @@ def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[t
     ``state.start_iter`` iterations and buckets under ``state.min_compression_elements`` use
     plain allreduce. The result has the bucket's dtype (fp32, fp16 or bf16).
 
+    Non-finite gradients (a loss-scale overflow): if any worker's bucket holds inf or NaN, every
+    worker's result for that bucket is all NaN, so ``torch.amp.GradScaler`` and similar checks skip
+    the step on every worker at once, as with plain allreduce. The max of the norms carries the
+    verdict (a non-finite bucket sends NaN, which wins the max), so every worker skips the quantizer
+    and the SUM round together and leaves its error memory as it was; nothing raises. Finite
+    buckets, from denormals and zeros to norms whose square overflows fp32, are averaged within
+    THC's error; a bucket whose norm itself exceeds fp32 counts as non-finite.
+
     The hook waits for the MAX before quantizing rather than chaining it: a reduction issued from
     a completion callback would run on a gloo worker thread, in an order that differs between
-    ranks. On CUDA the wait only orders streams. Decoding is chained, so the SUM overlaps the
-    rest of the backward pass.
+    ranks. It reads the local norm and the max on the host (on CUDA, two small synchronizations
+    per bucket) to take the same branch as every other worker. Decoding is chained, so the SUM
+    overlaps the rest of the backward pass.
 
     Example::
         >>> # xdoctest: +SKIP
@@ -204,21 +217,37 @@ def _thc_mean(
     x = buffer.to(torch.float32)
     if memory is not None:
         x = x + memory
-    max_norm = transport.norm_max(torch.linalg.vector_norm(x), bucket=index)
-    rotated = codec.rotate(x, **where)
-    scale = max_norm.wait()
-    indices = codec.quantize(rotated, scale, worker=rank, **where)
+    norm = codec.norm(x)  # NaN when x holds inf or NaN: the verdict every worker then sees in the max
+    max_norm = transport.norm_max(x.new_tensor(norm), bucket=index)
+    # Rotate x moved near unit norm by a power of two (exact; nothing moves unless the norm is
+    # extreme), so the transform's sums stay in fp32's range; the scale is undone in quantizing.
+    e = scaling.rescaling(norm) if math.isfinite(norm) else 0
+    rotated = codec.rotate(scaling.scaled(x, -e), **where)
+    scale = float(max_norm.wait())
+    if not math.isfinite(scale):
+        # Some worker's bucket is non-finite. Every worker sees the same max, so all of them skip
+        # the quantizer and the SUM round and leave the error memory as it is.
+        devices = [buffer.device] if buffer.is_cuda else None  # waiters wait for the fill's stream
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=devices)
+        future.set_result(buffer.fill_(math.nan))
+        return future
+    # The shared norm in the rotated vector's units, capped: a worker whose own norm is 2**128
+    # times below the max contributes nothing measurable either way.
+    relative = min(scale * 2.0**-e, _FP32_MAX)
+    indices = codec.quantize(rotated, relative, worker=rank, **where)
     total = transport.table_sum(indices, codec, workers, bucket=index)
+    # The mean's coordinates lie within T * M of zero and the compression error's within (1 + T) * M:
+    # near the top of fp32's or the bucket dtype's range, clamp them so finite inputs stay finite.
+    reach, bound = 2 * (1 + codec.config.threshold) * scale, torch.finfo(buffer.dtype).max
 
     def finish(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        _read_on_current_stream(x, indices, scale, memory)
+        _read_on_current_stream(x, indices, memory)
         mean = codec.decode(fut.value(), workers, scale, length=buffer.numel(), **where)
         if state.error_feedback:
             own = codec.decode(codec.table_values(indices), 1, scale, length=buffer.numel(), **where)
-            # A non-finite scale (fp16 overflow, skipped by a GradScaler) must not poison the memory.
-            kept = memory if memory is not None else torch.zeros_like(x)
-            state.error_dict[index] = torch.where(scale.isfinite(), x - own, kept)
-        return buffer.copy_(mean)
+            error = x - own
+            state.error_dict[index] = error.clamp_(-_FP32_MAX, _FP32_MAX) if reach > _FP32_MAX else error
+        return buffer.copy_(mean.clamp_(-bound, bound) if reach > bound else mean)
 
     return total.then(finish)
 

@@ -7,10 +7,33 @@ import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ina import THCState
+from ina.launch import LocalAggregators
+from ina.transport import create_transport
+
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+UDP_TRANSPORTS = ("switch", "ps")
 
 SAMPLES, FEATURES, OUTPUTS, HIDDEN = 1024, 32, 4, 64
 SHARD = 16  # samples per worker per step
+
+
+@pytest.fixture(scope="module")
+def aggregators():
+    """A software switch and a PS on loopback for the module's workers (``aggregators.options(name)``)."""
+    with LocalAggregators() as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def transport_options(aggregators) -> dict[str, dict[str, str]]:
+    """Each UDP transport's options, pointing at the module's aggregators (the collective needs none)."""
+    return {name: aggregators.options(name) for name in UDP_TRANSPORTS}
+
+
+def thc_state(transport: str, options: dict[str, dict[str, str]], **settings) -> THCState:
+    """A THCState on the default group whose ``transport`` is built from ``options[transport]``."""
+    return THCState(transport=create_transport(transport, None, **options.get(transport, {})), **settings)
 
 
 class FakeGroup:
@@ -24,6 +47,22 @@ class FakeGroup:
 
     def rank(self) -> int:
         return self._rank
+
+
+class FakeBucket:
+    """The three GradBucket methods the hook relies on."""
+
+    def __init__(self, buffer: torch.Tensor, index: int, last: bool = True) -> None:
+        self._buffer, self._index, self._last = buffer, index, last
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._last
 
 
 def regression_problem(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,10 +1,11 @@
 """THCState's checks and the hook's use of the Transport interface, in this process (no workers)."""
+import math
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import FakeGroup
+from conftest import FakeBucket, FakeGroup
 
 import ina
 from ina import THCState, thc_hook
@@ -49,22 +50,6 @@ def test_the_default_group_must_exist():
 def test_unknown_transport_names_are_listed():
     with pytest.raises(ValueError, match=r"\['collective', 'ps', 'switch'\]"):
         create_transport("udp", None)
-
-
-class FakeBucket:
-    """The three GradBucket methods the hook relies on."""
-
-    def __init__(self, buffer: torch.Tensor, index: int, last: bool = True) -> None:
-        self._buffer, self._index, self._last = buffer, index, last
-
-    def buffer(self) -> torch.Tensor:
-        return self._buffer
-
-    def index(self) -> int:
-        return self._index
-
-    def is_last(self) -> bool:
-        return self._last
 
 
 class SoloTransport(Transport):
@@ -138,6 +123,65 @@ def test_a_zero_bucket_stays_zero():
     state = _solo_state(error_feedback=True)
     averaged = thc_hook(state, FakeBucket(torch.zeros(2048), index=0)).wait()
     assert torch.count_nonzero(averaged) == 0 and torch.count_nonzero(state.error_dict[0]) == 0
+
+
+class OverflowElsewhere(SoloTransport):
+    """As if another worker's bucket were non-finite: the max of the norms is NaN."""
+
+    def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
+        super().norm_max(norm, bucket=bucket)
+        return _done(torch.tensor(math.nan))
+
+
+def _with_memory(state: THCState, gradient: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Run one finite step, so that bucket 0 has error memory; return a copy of it."""
+    thc_hook(state, FakeBucket(gradient.to(dtype), index=0)).wait()
+    state.transport.calls.clear()
+    return state.error_dict[0].clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_bucket_comes_back_all_nan_and_leaves_the_state_as_it_was(dtype, bad):
+    state = _solo_state(error_feedback=True)
+    gradient = torch.randn(3000, generator=torch.Generator().manual_seed(2))
+    memory = _with_memory(state, gradient, dtype)
+    buffer = gradient.to(dtype)
+    buffer[123] = bad
+    averaged = thc_hook(state, FakeBucket(buffer, index=0)).wait()  # raises nothing
+    assert averaged.dtype == dtype and averaged.data_ptr() == buffer.data_ptr() and bool(averaged.isnan().all())
+    assert state.transport.calls == [("norm_max", 0)]  # the verdict travels in the max; no quantizer, no SUM
+    assert torch.equal(state.error_dict[0], memory) and state.iteration == 4
+
+
+def test_another_workers_overflow_turns_a_finite_bucket_into_nan_too():
+    state = THCState(process_group=FakeGroup(2), error_feedback=True, start_iter=2, transport=OverflowElsewhere())
+    state.iteration = 2
+    state.error_dict[0] = memory = torch.full((3000,), 0.5)
+    averaged = thc_hook(state, FakeBucket(torch.randn(3000), index=0)).wait()
+    assert bool(averaged.isnan().all()) and state.transport.calls == [("norm_max", 0)]
+    assert state.error_dict[0] is memory and bool((memory == 0.5).all())
+
+
+@pytest.mark.parametrize("k", [70, 100, 120])
+def test_huge_buckets_average_like_unit_ones_scaled_bit_for_bit(k):
+    """Norms from 2**64 square beyond fp32; near fp32's max the transform's sums would overflow."""
+    gradient = torch.randn(3000, generator=torch.Generator().manual_seed(3))
+    unit, huge = _solo_state(error_feedback=True), _solo_state(error_feedback=True)
+    expected = thc_hook(unit, FakeBucket(gradient.clone(), index=0)).wait()
+    averaged = thc_hook(huge, FakeBucket(gradient * 2.0**k, index=0)).wait()
+    assert bool(averaged.isfinite().all()) and torch.equal(averaged, expected * 2.0**k)
+    assert torch.equal(huge.error_dict[0], unit.error_dict[0] * 2.0**k)
+
+
+def test_a_bucket_at_the_top_of_fp16_averages_to_finite_values():
+    """THC's error can push a coordinate past the largest fp16 (65504): it is clamped, not inf."""
+    gradient = torch.randn(3000, generator=torch.Generator().manual_seed(0))
+    buffer = (gradient / gradient.abs().max() * 65504).half()
+    exact = buffer.float()
+    averaged = thc_hook(_solo_state(), FakeBucket(buffer, index=0)).wait()
+    assert bool(averaged.isfinite().all()) and float(averaged.float().abs().max()) == 65504
+    assert (averaged.float() - exact).norm() < 0.3 * exact.norm()
 
 
 def test_importing_ina_does_not_load_torch():

@@ -104,6 +104,13 @@ def test_max_chunks_take_the_unsigned_maximum_of_float_norms():
     assert struct.unpack("!f", struct.pack("!I", payload[0]))[0] == 12.25 and payload[1:] == [0, 0, 0]
 
 
+def test_a_canonical_nan_norm_wins_the_max_over_inf_and_every_finite_norm():
+    ps = make_ps()
+    words = [0x3FC00000, 0x7FC00000, 0x7F800000, 0x7F7FFFFF]  # 1.5, the canonical NaN, +inf, fp32's max
+    out = send(ps, *[(data(r, 2, [words[r], 0, 0, 0], flags=Flag.MAX, lane_bits=32), SWITCH) for r in range(4)])
+    assert out[0][1] == [0x7FC00000, 0, 0, 0]
+
+
 def test_results_are_replayed_to_the_registered_address_of_a_resending_worker():
     ps = make_ps()
     first = send(ps, *[(data(r, 0, CONTRIB[r]), SWITCH) for r in range(4)])

@@ -60,6 +60,13 @@ def test_max_chunks_take_the_unsigned_maximum_and_answer_in_32_bit_lanes(rig):
     assert out[0].header.lane_bits == 32 and out[0].header.is_max
 
 
+@pytest.mark.parametrize("words", [(0x7FC00000, 0x3FC00000, 0x7F800000), (0x3FC00000, 0x7F7FFFFF, 0x7FC00000)])
+def test_a_canonical_nan_norm_wins_the_max_over_inf_and_every_finite_norm(rig, words):
+    """docs/protocol.md, section 2: the verdict "some bucket is non-finite" is the max of the words."""
+    out = rig.send(*(rig.data(1, r, 0, [words[r], 0, 0, 0], op_max=True) for r in range(3)))
+    assert out[0].data == rig.result(1, 0, [0x7FC00000, 0, 0, 0], op_max=True)
+
+
 def test_a_network_duplicate_is_dropped_and_changes_nothing(rig):
     rig.send(rig.data(1, 0, 5))
     before = rig.slot_state(1, 5)

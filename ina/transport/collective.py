@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 
 from ina.compression import THCCodec, collective_sum_dtype
-from ina.transport.base import Transport
+from ina.transport.base import Transport, norm_word, word_norm
 
 
 class CollectiveTransport(Transport):
@@ -24,9 +24,10 @@ class CollectiveTransport(Transport):
         self.process_group = process_group
 
     def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
-        scale = norm.detach().to(torch.float32).reshape(1).clone()
-        self.bytes_sent += scale.numel() * scale.element_size()
-        return self._all_reduce(scale, dist.ReduceOp.MAX).then(lambda fut: fut.value()[0][0])
+        """An int32 MAX of the norms' words (base.norm_word): gloo's float MAX drops a NaN from all but one rank."""
+        word = norm_word(norm)
+        self.bytes_sent += word.numel() * word.element_size()
+        return self._all_reduce(word, dist.ReduceOp.MAX).then(lambda fut: word_norm(fut.value()[0]))
 
     def table_sum(
         self, indices: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int

@@ -28,7 +28,7 @@ from ina.compression import THCCodec, THCConfig, pack_bits, sum_lane_bits, unpac
 from ina.control import Endpoint, JobSpec
 from ina.protocol import result_words
 from ina.protocol.packing import fields_per_word
-from ina.transport.base import Transport
+from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
 from ina.transport.priority import PriorityPolicy
 from ina.transport.udp_engine import UdpEngine
@@ -168,12 +168,12 @@ class _UdpTransport(Transport):
         self._sent_before = value - (self._engine.bytes_sent if self._engine is not None else 0)
 
     def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
-        """One MAX chunk: the fp32 bit pattern of the non-negative norm, whose unsigned order is the numeric one."""
-        word = np.array([float(norm)], dtype=np.float32).view(np.uint32)
+        """One MAX chunk holding the norm's word (base.norm_word), whose unsigned order is the numeric one."""
+        word = norm_word(norm).cpu().numpy().view(np.uint32)
         device = norm.device
 
         def scalar(result: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(result[:1].view(np.float32).copy()).to(device)[0]
+            return word_norm(torch.from_numpy(result[:1].view(np.int32).copy())).to(device)
 
         return _torch_future(self._running().submit(word, op="max", lane_bits=32), scalar, device)
 
