@@ -15,5 +15,5 @@ def test_codec_is_importable_as_ina_compression():
 
 def test_every_subpackage_is_listed_for_the_wheel():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {"ina"} | {f"ina.{init.parent.name}" for init in (ROOT / "ina").glob("*/__init__.py")} | {"ina.compression"}
+    on_disk = {"ina"} | {f"ina.{init.parent.name}" for init in (ROOT / "ina").glob("*/__init__.py")} | {"ina.compression", "ina.p4src"}
     assert listed == on_disk

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
     def describe(server: Any) -> str:
         config = server.switch.settings if args.target == "bmv2" else server.core.settings
-        return f"{args.target} target, pool {config.pool}, words {config.words}, policy {config.policy}"
+        target = "BMv2, " if args.target == "bmv2" else ""
+        return f"{target}pool {config.pool}, words {config.words}, policy {config.policy}"
 
     return run_service("switch", lambda: build(args), describe)
 
