@@ -65,6 +65,9 @@ class ControlServer:
     guards see the same job table.
     """
 
+    read_timeout = 10.0
+    """Seconds a request may take to arrive."""
+
     def __init__(self, target: ControlTarget, host: str = "127.0.0.1", port: int = 0, access: Access | None = None) -> None:
         self.access = Access.from_environment() if access is None else access
         self.access.check_bind(host)
@@ -121,6 +124,8 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
     target = server.target
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = server.read_timeout  # a client that stalls mid-request does not hold a thread for ever
+
         def log_message(self, format: str, *args: Any) -> None:  # keep servers quiet
             pass
 
@@ -145,7 +150,15 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True  # the body stays unread
                 raise _Refused(413, f"a request body holds at most {MAX_BODY} bytes, this one {length}")
             try:
-                return json.loads(self.rfile.read(length) or b"null")
+                data = self.rfile.read(length)
+            except OSError:
+                self.close_connection = True
+                raise _Refused(400, f"the body did not arrive within {server.read_timeout} s") from None
+            if len(data) < length:
+                self.close_connection = True
+                raise _Refused(400, f"the body ended after {len(data)} of its {length} bytes")
+            try:
+                return json.loads(data or b"null")
             except (ValueError, RecursionError) as error:
                 raise _Refused(400, f"the body is not JSON ({type(error).__name__}: {str(error)[:200]})") from None
 
