@@ -4,6 +4,7 @@ training through the switch and the PS under a tenant's caps and quota, exactly 
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 from control_support import OPERATOR_TOKEN, TOKENS, write_policy
@@ -26,12 +27,18 @@ def _token_file(tmp_path, token: str):
     return path
 
 
-def test_ddp_training_with_a_tenants_token_ends_at_the_collective_loss(tmp_path, monkeypatch):
+def _losses_with_token(rank: int, workers: int, options: dict, token_file: str) -> dict:
+    """`_losses` in a worker whose environment names its token file, as a torchrun worker's would."""
+    os.environ["INA_TOKEN_FILE"] = token_file  # set here: a worker process may start before the test sets anything
+    return _losses(rank, workers, options)
+
+
+def test_ddp_training_with_a_tenants_token_ends_at_the_collective_loss(tmp_path):
     access = Access(OPERATOR_TOKEN, Policy(write_policy(tmp_path)))  # tenant a: cap 100, 8 slots, jobs 100-199
-    monkeypatch.setenv("INA_TOKEN_FILE", str(_token_file(tmp_path, TOKENS["a"])))
+    token_file = str(_token_file(tmp_path, TOKENS["a"]))
     with LocalAggregators(access=access) as aggregators:
         options = {name: aggregators.options(name) for name in UDP_TRANSPORTS}
-        results = run_workers(_losses, 4, options, timeout=90)
+        results = run_workers(_losses_with_token, 4, options, token_file, timeout=90)
         losses = {name: loss for name, (loss, _) in results[0].items()}
         assert losses["switch"] == losses["collective"] and losses["ps"] == losses["collective"], losses
         counters = aggregators.switch.counters()

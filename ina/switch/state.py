@@ -135,10 +135,17 @@ class Jobs:
         self._rebuild()
         return entry
 
-    def remove(self, job: int) -> None:
-        if job not in self.entries:
+    def check_removal(self, job: int) -> JobEntry:
+        """The entry `remove(job)` would remove, or why the caller may not: for a controller that
+        changes its data plane before it removes the entry (ina/p4/controller.py)."""
+        entry = self.entries.get(job)
+        if entry is None:
             raise ValueError(f"job {job} is not registered with this switch")
-        check_owner(caller(), job, self.entries[job].owner)
+        check_owner(caller(), job, entry.owner)
+        return entry
+
+    def remove(self, job: int) -> None:
+        self.check_removal(job)
         del self.entries[job]
         self._rebuild()
 
