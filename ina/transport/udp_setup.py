@@ -110,7 +110,7 @@ class Deployment:
     ps: Address
     switch: Address | None
     slots_free: int | None = None  # what this tenant may still hold at the switch; None: no quota
-    job_ids: tuple[tuple[int, int], ...] | None = None  # the ids this tenant may use; None: any
+    job_ids: frozenset[int] | None = None  # the ids this tenant may use; None: any
 
     @property
     def destination(self) -> Address:
@@ -135,14 +135,14 @@ def locate(ps: Aggregator, switch: Aggregator | None) -> Deployment:
     return Deployment(switch_config["words"], switch_config["pool"], ps_config["listen"], switch_config["listen"], free, job_ids)
 
 
-def _job_ids(*callers: dict[str, Any] | None) -> tuple[tuple[int, int], ...] | None:
-    """The job ids the token may use at every aggregator (None: any)."""
-    allowed: set[int] | None = None
+def _job_ids(*callers: dict[str, Any] | None) -> frozenset[int] | None:
+    """The job ids the token may use at every aggregator (None: any), from their GET /whoami."""
+    allowed: frozenset[int] | None = None
     for caller in callers:
         if caller is not None and caller.get("jobs") is not None:
-            ids = {j for lo, hi in caller["jobs"] for j in range(lo, hi + 1)}
+            ids = frozenset(j for lo, hi in caller["jobs"] for j in range(lo, hi + 1))
             allowed = ids if allowed is None else allowed & ids
-    return None if allowed is None else tuple((j, j) for j in sorted(allowed))
+    return allowed
 
 
 @dataclass(frozen=True)
@@ -158,9 +158,9 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
     ps_client, switch_client = ps.client(), switch.client() if switch else None
     if pick_job:
         taken = {entry["job"] for client in (ps_client, switch_client) if client for entry in client.jobs()}
-        allowed = (lambda j: True) if deployment.job_ids is None else {lo for lo, _ in deployment.job_ids}.__contains__
-        free = next((j % (1 << 16) for j in range(spec.job, spec.job + (1 << 16)) if j % (1 << 16) not in taken
-                     and allowed(j % (1 << 16))), None)  # fmt: skip
+        allowed = deployment.job_ids
+        candidates = (j % (1 << 16) for j in range(spec.job, spec.job + (1 << 16)))
+        free = next((j for j in candidates if j not in taken and (allowed is None or j in allowed)), None)
         if free is None:
             raise TransportError("every job id this token may use is registered already: deregister a job, or ask the operator for more ids")
         spec = replace(spec, job=free)
