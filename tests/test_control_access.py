@@ -185,10 +185,12 @@ def test_unauthenticated_malformed_and_oversized_requests_get_clear_errors_and_c
 
 
 def test_refusals_are_logged_without_the_token(switch, caplog):
-    with caplog.at_level(logging.WARNING, logger="ina.control"):
+    with caplog.at_level(logging.INFO, logger="ina.control"):
         raw(switch.control_address, "GET", "/jobs", headers=bearer("a-guess-at-the-token-0123"))
-        raw(switch.control_address, "DELETE", "/jobs/1", headers=bearer(TOKENS["a"]))
-    assert "refused (401)" in caplog.text and "refused (403)" not in caplog.text  # job 1 is not registered: 400
+        raw(switch.control_address, "DELETE", "/jobs/1", headers=bearer(TOKENS["a"]))  # not registered: 400
+        raw(switch.control_address, "POST", "/jobs", b" " * (MAX_BODY + 1), headers=bearer(TOKENS["a"]))
+    assert [r.message.split(":")[0].split()[-2:] for r in caplog.records] == [["refused", "(401)"], ["refused", "(400)"], ["refused", "(413)"]]
+    assert "from 127.0.0.1" in caplog.text
     assert "a-guess-at-the-token" not in caplog.text and TOKENS["a"] not in caplog.text
 
 
@@ -264,3 +266,14 @@ def test_in_process_callers_are_the_open_operator_and_a_tenant_is_checked_by_the
     with acting_as(Principal("b", False, access.authenticate(f"Bearer {TOKENS['b']}").tenant)), pytest.raises(Forbidden):
         table.remove(120)
     table.remove(120)
+
+
+def test_the_workers_default_window_fits_the_tenants_free_slots():
+    from ina.transport.udp import SwitchTransport
+    from ina.transport.udp_setup import Deployment
+
+    transport = SwitchTransport(switch="127.0.0.1:47100", ps="127.0.0.1:47101")
+    deployment = Deployment(64, 128, ("127.0.0.1", 1), ("127.0.0.1", 2))
+    assert transport._default_window(deployment) == 64
+    for free, window in ((None, 64), (100, 64), (12, 8), (8, 8), (0, 1)):  # a power of two: a static partition holds it
+        assert transport._default_window(Deployment(64, 128, ("127.0.0.1", 1), ("127.0.0.1", 2), slots_free=free)) == window

@@ -202,9 +202,9 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
 
         def _refuse(self, status: int, message: str) -> None:
             server.count(REFUSALS[status])
-            if status in (401, 403):  # the method, path and peer; never the Authorization header
-                logger.warning("control %s %s from %s refused (%d): %s", self.command, self.path[:200],
-                               self.client_address[0], status, message)  # fmt: skip
+            # the method, path and peer; never the Authorization header
+            logger.log(logging.WARNING if status in (401, 403, 413) else logging.INFO, "control %s %s from %s refused (%d): %s",
+                       self.command, self.path[:200], self.client_address[0], status, message)  # fmt: skip
             self._reply(status, {"error": message}, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
 
         def do_GET(self) -> None:
