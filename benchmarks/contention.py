@@ -1,12 +1,14 @@
-"""Average job completion time (JCT) of three jobs contending for the switch's aggregators: esa vs atp.
+"""Average job completion time (JCT) of three jobs contending for the switch's aggregators: esa, atp and static.
 
     python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1]
 
 Three training jobs (compute, then one reduction, per iteration) share one switch whose
 pool holds one window while the jobs' windows add up to three. Everything is simulated at
-the packet level (ina.sim) with the real switch, PS and worker engines. Both policies run
+the packet level (ina.sim) with the real switch, PS and worker engines. Every policy runs
 with the same parameters, seeds and priorities from the default end-host policy; only the
-switch's contention policy differs. docs/simulator.md, "Contention", explains the choices.
+switch's pool policy differs, and under `static` (SwitchML's fixed partitions) each job's window
+is its partition: the largest power of two that gives every job an equal share of the pool.
+docs/simulator.md, "Contention", explains the choices.
 """
 
 from __future__ import annotations
@@ -77,6 +79,19 @@ class Outcome:
     events: dict[str, int]
 
 
+POLICIES = ("esa", "atp", "static")
+
+
+def window(policy: str, setup: Setup, jobs: int) -> int:
+    """A job's window: `setup.window`, or under `static` its equal partition of the pool (a power of two)."""
+    if policy != "static":
+        return setup.window
+    share = min(setup.window, setup.pool // jobs)
+    if share < 1:
+        raise ValueError(f"a static pool of {setup.pool} slots cannot give {jobs} jobs a slot each")
+    return 1 << (share.bit_length() - 1)
+
+
 def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
     """Run the jobs to completion (all start at 0) under the switch policy `policy`."""
     link = Link(bandwidth=setup.link_gbps * GBPS, latency=setup.latency)
@@ -96,7 +111,7 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
             return TrainingLoop(engine, iterations=job.iterations, compute=job.compute,
                                 words=job.chunks * setup.words, jitter=setup.jitter, rng=next(rngs))
 
-        cluster.add_job(number + 1, setup.workers, setup.window, wrap=loop,
+        cluster.add_job(number + 1, setup.workers, window(policy, setup, len(jobs)), wrap=loop,
                         policy=lambda: IntensityPriority(time_constant=setup.time_constant, age_step=setup.age_step))
         loops[job.name] = [cluster.net.node(cluster.address(number, rank)) for rank in range(setup.workers)]
     every = [loop for group in loops.values() for loop in group]
@@ -134,7 +149,8 @@ def main() -> None:
         print(f"job {job.name}: {job.chunks} chunks per reduction ({comm * 1e6:.0f} us at line rate), "
               f"compute {job.compute * 1e6:.0f} us, {job.iterations} iterations, {setup.workers} workers")
     started = time.perf_counter()
-    tasks = [(policy, setup, seed) for seed in range(args.seeds) for policy in ("esa", "atp")]
+    print(f"static: a partition of {window('static', setup, len(JOBS))} slots per job (the window under static)")
+    tasks = [(policy, setup, seed) for seed in range(args.seeds) for policy in POLICIES]
     with ProcessPoolExecutor(max_workers=args.processes) as pool:
         outcomes = list(pool.map(_run, tasks))
     print(f"simulated {len(tasks)} runs in {time.perf_counter() - started:.0f} s\n")
@@ -143,13 +159,13 @@ def main() -> None:
         values = [o.jct[name] for p, _, o in outcomes if p == policy]
         return sum(values) / len(values)
 
-    print(f"{'job (mean of %d seeds)' % args.seeds:<26}{'esa JCT (us)':>14}{'atp JCT (us)':>14}{'atp/esa':>9}")
-    for job in JOBS:
-        esa, atp = mean_jct("esa", job.name), mean_jct("atp", job.name)
-        print(f"{job.name:<26}{esa * 1e6:>14.0f}{atp * 1e6:>14.0f}{atp / esa:>9.2f}")
-    average = {p: sum(mean_jct(p, job.name) for job in JOBS) / len(JOBS) for p in ("esa", "atp")}
-    print(f"{'average':<26}{average['esa'] * 1e6:>14.0f}{average['atp'] * 1e6:>14.0f}"
-          f"{average['atp'] / average['esa']:>9.2f}")
+    header = "".join(f"{p + ' JCT (us)':>16}" for p in POLICIES)
+    print(f"{'job (mean of %d seeds)' % args.seeds:<26}{header}{'atp/esa':>9}{'static/esa':>11}")
+    rows = [(job.name, {p: mean_jct(p, job.name) for p in POLICIES}) for job in JOBS]
+    rows.append(("average", {p: sum(row[p] for _, row in rows) / len(rows) for p in POLICIES}))
+    for name, row in rows:
+        print(f"{name:<26}" + "".join(f"{row[p] * 1e6:>16.0f}" for p in POLICIES)
+              + f"{row['atp'] / row['esa']:>9.2f}{row['static'] / row['esa']:>11.2f}")
     print("\nper run:")
     for policy, seed, outcome in outcomes:
         avg = sum(outcome.jct.values()) / len(outcome.jct)

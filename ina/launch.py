@@ -139,19 +139,22 @@ class LocalAggregators:
     process until :meth:`close`: what the ``switch`` and ``ps`` transports of local workers use.
 
     ``options(name)`` are the transport's address options (``SwitchTransport(**options)``), and
-    ``environment(name)`` the same as the INA_* variables a torchrun worker reads.
+    ``environment(name)`` the same as the INA_* variables a torchrun worker reads. ``access``
+    (an ``ina.control.auth.Access``) guards both control APIs; the default reads INA_TOKEN_FILE,
+    INA_TOKEN and INA_TENANTS, as ``ina switch`` and ``ina ps`` do.
     """
 
-    def __init__(self, words: int = 64, pool: int = 64) -> None:
+    def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa") -> None:
         from ina.ps import ParameterServer
         from ina.ps.server import PSServer
         from ina.switch import SwitchConfig
         from ina.switch.server import SwitchServer
 
         loopback = (_HOST, 0)
-        self.ps: PSServer = PSServer(ParameterServer(words), loopback, loopback).start()
+        self.ps: PSServer = PSServer(ParameterServer(words), loopback, loopback, access=access).start()
         try:
-            self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words), loopback, loopback).start()
+            self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words, policy=policy), loopback, loopback,
+                                                     access=access).start()  # fmt: skip
         except BaseException:
             self.ps.close()
             raise

@@ -6,17 +6,31 @@ Standard library only: the API is a handful of requests, and `curl` can drive it
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from ina.control.auth import Access, token_from_environment
 from ina.control.jobs import JobSpec
+from ina.control.policy import Forbidden, Principal, acting_as, check_owner, grant
+
+logger = logging.getLogger("ina.control")
+MAX_BODY = 64 * 1024
+"""The largest request body a control API reads (a registration of 32 workers and a table is a few KiB)."""
+REFUSALS = {400: "control_malformed", 401: "control_unauthorized", 403: "control_forbidden",
+            404: "control_not_found", 413: "control_oversized"}  # fmt: skip
+"""The counter each refusal is counted under (docs/protocol.md, section 7)."""
 
 
 class ControlError(RuntimeError):
-    """The control API refused a request, or its server did not answer."""
+    """The control API refused a request (`status` its HTTP status), or its server did not answer (`status` None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ControlTarget(Protocol):
@@ -35,11 +49,33 @@ class ControlTarget(Protocol):
     def counters(self) -> dict[str, int]: ...
 
 
-class ControlServer:
-    """Serves a ControlTarget's API on a daemon thread until `close()`."""
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
-    def __init__(self, target: ControlTarget, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(target))
+
+class ControlServer:
+    """Serves a ControlTarget's API on a daemon thread until `close()`.
+
+    `access` says who may use it (default: `Access.from_environment()`, so a server built without
+    settings takes the operator token and tenants from INA_TOKEN_FILE / INA_TOKEN / INA_TENANTS);
+    an open API is refused on an address other than loopback unless `access` allows it.
+    Registrations and deregistrations are serialized, so an ownership check and the change it
+    guards see the same job table.
+    """
+
+    read_timeout = 10.0
+    """Seconds a request may take to arrive."""
+
+    def __init__(self, target: ControlTarget, host: str = "127.0.0.1", port: int = 0, access: Access | None = None) -> None:
+        self.access = Access.from_environment() if access is None else access
+        self.access.check_bind(host)
+        self.target = target
+        self.refused = dict.fromkeys((*REFUSALS.values(), "control_errors"), 0)
+        self._lock = threading.Lock()
+        self._changes = threading.Lock()
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"{target.role}-control", daemon=True)
         self._thread.start()
@@ -54,42 +90,122 @@ class ControlServer:
         self._httpd.server_close()
         self._thread.join()
 
+    def count(self, name: str) -> None:
+        with self._lock:
+            self.refused[name] += 1
 
-def _handler_for(target: ControlTarget) -> type[BaseHTTPRequestHandler]:
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return self.target.counters() | self.refused
+
+    # -- the requests, once authenticated ------------------------------------------------
+
+    def whoami(self, caller: Principal) -> dict[str, Any]:
+        used = sum(int(j.get("slots", 0)) for j in self.target.jobs() if j.get("owner") == caller.name) if caller.name else 0
+        return caller.describe() | {"slots_used": used}
+
+    def register(self, caller: Principal, body: Any) -> dict[str, Any]:
+        spec = grant(JobSpec.from_json(body), caller)
+        with self._changes, acting_as(caller):
+            answer = self.target.register(spec)
+        return answer if caller.tenant is None else answer | {"priority_cap": spec.priority_cap}
+
+    def deregister(self, caller: Principal, job: int) -> dict[str, Any]:
+        with self._changes:
+            entry = next((j for j in self.target.jobs() if j.get("job") == job), None)
+            if entry is not None:  # checked before the target changes anything (a P4 switch writes tables first)
+                check_owner(caller, job, entry.get("owner"))
+            with acting_as(caller):
+                self.target.deregister(job)
+        return {"ok": True}
+
+
+def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
+    target = server.target
+
     class Handler(BaseHTTPRequestHandler):
+        timeout = server.read_timeout  # a client that stalls mid-request does not hold a thread for ever
+
         def log_message(self, format: str, *args: Any) -> None:  # keep servers quiet
             pass
 
-        def _reply(self, status: int, body: Any) -> None:
+        def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+
+        def _body(self) -> Any:
+            """The JSON body, read only once the request is authenticated and its size acceptable."""
+            text = self.headers.get("Content-Length", "0")
+            if not text.strip().isdigit():
+                self.close_connection = True
+                raise _Refused(400, f"Content-Length {text!r} is not a number of bytes")
+            length = int(text)
+            if length > MAX_BODY:
+                self.close_connection = True  # the body stays unread
+                raise _Refused(413, f"a request body holds at most {MAX_BODY} bytes, this one {length}")
+            try:
+                data = self.rfile.read(length)
+            except OSError:
+                self.close_connection = True
+                raise _Refused(400, f"the body did not arrive within {server.read_timeout} s") from None
+            if len(data) < length:
+                self.close_connection = True
+                raise _Refused(400, f"the body ended after {len(data)} of its {length} bytes")
+            try:
+                return json.loads(data or b"null")
+            except (ValueError, RecursionError) as error:
+                raise _Refused(400, f"the body is not JSON ({type(error).__name__}: {str(error)[:200]})") from None
 
         def _route(self, method: str) -> None:
             path = self.path.rstrip("/")
             try:
+                caller = server.access.authenticate(self.headers.get("Authorization"))
+                if caller is None:
+                    self.close_connection = True
+                    raise _Refused(401, "this control API needs 'Authorization: Bearer <token>' with a token it knows "
+                                        "(workers read theirs from INA_TOKEN_FILE or INA_TOKEN)")  # fmt: skip
                 if method == "GET" and path == "/health":
                     self._reply(200, {"role": target.role, "ok": True})
                 elif method == "GET" and path == "/config":
                     self._reply(200, target.config())
+                elif method == "GET" and path == "/whoami":
+                    self._reply(200, server.whoami(caller))
                 elif method == "GET" and path == "/jobs":
                     self._reply(200, target.jobs())
                 elif method == "GET" and path == "/counters":
-                    self._reply(200, target.counters())
+                    self._reply(200, server.counters())
                 elif method == "POST" and path == "/jobs":
-                    length = int(self.headers.get("Content-Length", 0))
-                    body = json.loads(self.rfile.read(length) or b"null")
-                    self._reply(200, target.register(JobSpec.from_json(body)))
+                    self._reply(200, server.register(caller, self._body()))
                 elif method == "DELETE" and path.startswith("/jobs/"):
-                    target.deregister(int(path.removeprefix("/jobs/")))
-                    self._reply(200, {"ok": True})
+                    text = path.removeprefix("/jobs/")
+                    if not (text.isascii() and text.isdigit() and int(text) < 1 << 16):
+                        raise _Refused(400, f"job ids are integers in 0..65535, got {text[:40]!r}")
+                    self._reply(200, server.deregister(caller, int(text)))
                 else:
-                    self._reply(404, {"error": f"no such request: {method} {self.path}"})
-            except (ValueError, KeyError) as error:
-                self._reply(400, {"error": str(error)})
+                    raise _Refused(404, f"no such request: {method} {self.path[:200]}")
+            except _Refused as refusal:
+                self._refuse(refusal.status, str(refusal))
+            except Forbidden as error:
+                self._refuse(403, str(error))
+            except (ValueError, KeyError, TypeError, OverflowError) as error:
+                self._refuse(400, str(error))
+            except Exception as error:  # noqa: BLE001 - a bug must not take the control API down
+                logger.exception("control %s %s from %s failed", method, self.path[:200], self.client_address[0])
+                server.count("control_errors")
+                self._reply(500, {"error": f"internal error ({type(error).__name__}); see the server's log"})
+
+        def _refuse(self, status: int, message: str) -> None:
+            server.count(REFUSALS[status])
+            # the method, path and peer; never the Authorization header
+            logger.log(logging.WARNING if status in (401, 403, 413) else logging.INFO, "control %s %s from %s refused (%d): %s",
+                       self.command, self.path[:200], self.client_address[0], status, message)  # fmt: skip
+            self._reply(status, {"error": message}, {"WWW-Authenticate": "Bearer"} if status == 401 else None)
 
         def do_GET(self) -> None:
             self._route("GET")
@@ -100,26 +216,39 @@ def _handler_for(target: ControlTarget) -> type[BaseHTTPRequestHandler]:
         def do_DELETE(self) -> None:
             self._route("DELETE")
 
+        def do_PUT(self) -> None:
+            self._route("PUT")
+
+        def do_PATCH(self) -> None:
+            self._route("PATCH")
+
     return Handler
 
 
 class ControlClient:
     """Talks to one switch's or PS's control API; errors carry the server's message."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 5.0, token: str | None = None) -> None:
+        """`token` is sent as `Authorization: Bearer`; default INA_TOKEN_FILE or INA_TOKEN, if set."""
         self.base = f"http://{host}:{port}"
         self.timeout = timeout
+        self._token = token_from_environment() if token is None else token
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
+        if self._token:
+            request.add_header("Authorization", f"Bearer {self._token}")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as error:
-            message = json.loads(error.read() or b"{}").get("error", error.reason)
-            raise ControlError(f"{method} {self.base}{path}: {message}") from None
+            try:
+                message = json.loads(error.read() or b"{}").get("error", error.reason)
+            except (ValueError, AttributeError):
+                message = error.reason
+            raise ControlError(f"{method} {self.base}{path}: {message} ({error.code})", error.code) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
             raise ControlError(f"{method} {self.base}{path}: no answer ({error})") from None
 
@@ -128,6 +257,9 @@ class ControlClient:
 
     def config(self) -> dict[str, Any]:
         return self._request("GET", "/config")
+
+    def whoami(self) -> dict[str, Any]:
+        return self._request("GET", "/whoami")
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
         return self._request("POST", "/jobs", spec.to_json())

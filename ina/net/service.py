@@ -7,13 +7,17 @@ life cycle around it: serve until Ctrl-C or SIGTERM, then print the counters.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ina.control.auth import ALLOW_UNAUTHENTICATED, TENANTS, TOKEN, TOKEN_FILE, Access, read_token_file
 from ina.control.http import ControlServer
+from ina.control.policy import Policy
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
 
@@ -30,16 +34,17 @@ def bind_or_explain(open_server: Callable[[], T], address: Address, option: str)
 
 
 class Service:
-    """`node` served on `listen` (UDP), and the subclass's ControlTarget API on `control` (HTTP)."""
+    """`node` served on `listen` (UDP), and the subclass's ControlTarget API on `control` (HTTP),
+    open to whom `access` allows (default: `Access.from_environment()`)."""
 
     role = "service"
 
-    def __init__(self, node: Node, listen: Address, control: Address, batch: int) -> None:
+    def __init__(self, node: Node, listen: Address, control: Address, batch: int, access: Access | None = None) -> None:
         if batch < 1:
             raise ValueError(f"--batch must be at least 1, got {batch}")
         self.runner = bind_or_explain(lambda: UdpRunner.bind(node, listen, batch=batch), listen, "--listen")
         try:
-            self.control = bind_or_explain(lambda: ControlServer(self, *control), control, "--control")
+            self.control = bind_or_explain(lambda: ControlServer(self, *control, access=access), control, "--control")
         except ValueError:
             self.runner.close()
             raise
@@ -80,6 +85,28 @@ class Service:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def add_access_options(parser: argparse.ArgumentParser) -> None:
+    """The control API's authentication options (docs/protocol.md, section 7): files, never secrets on the command line."""
+    group = parser.add_argument_group("control API access (default: open, on loopback only)")
+    group.add_argument("--token-file", help=f"file holding the operator's token (default ${TOKEN_FILE}, else ${TOKEN})")
+    group.add_argument("--tenants", help=f"operator policy file: tenants, their tokens, caps and quotas; reloaded when it changes (default ${TENANTS})")
+    group.add_argument("--allow-unauthenticated", action="store_true",
+                       help=f"serve an open control API beyond loopback (default ${ALLOW_UNAUTHENTICATED}=1)")
+
+
+def access_from_args(args: argparse.Namespace) -> Access:
+    """The Access the options describe, the environment filling in what they leave out; ValueError says what is wrong."""
+    environ = dict(os.environ)
+    if args.tenants:
+        environ[TENANTS] = args.tenants
+    if args.allow_unauthenticated:
+        environ[ALLOW_UNAUTHENTICATED] = "1"
+    access = Access.from_environment(environ)
+    if args.token_file:
+        access = Access(read_token_file(args.token_file), access.policy, access.allow_unauthenticated)
+    return access
 
 
 def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:

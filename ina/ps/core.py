@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ina.control import JobSpec
+from ina.control.policy import caller, check_owner, grant
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
@@ -118,23 +119,29 @@ class ParameterServer:
         }
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
+        """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""
+        who = caller()
+        spec = grant(spec, who)
         if spec.job in self._jobs:
             raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
         ring = max(4 * spec.window, self.result_retention)
-        self._jobs[spec.job] = JobState(spec, self.words, ring)
+        state = self._jobs[spec.job] = JobState(spec, self.words, ring)
+        state.owner = who.name
         return {"job": spec.job, "ring": ring}
 
     def deregister(self, job: int) -> None:
-        state = self._jobs.pop(job, None)
+        state = self._jobs.get(job)
         if state is None:
             raise ValueError(f"job {job} is not registered")
+        check_owner(caller(), job, state.owner)
+        del self._jobs[job]
         for chunk in state.pending.values():
             chunk.live = False
 
     def jobs(self) -> list[dict[str, Any]]:
         return [
             {**state.spec.to_json(), "pending": len(state.pending), "results": len(state.ring), "ring": state.ring.capacity,
-             "fetching": len(state.fetches)}
+             "fetching": len(state.fetches), **({} if state.owner is None else {"owner": state.owner})}
             for state in self._jobs.values()
         ]
 

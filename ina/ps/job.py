@@ -62,7 +62,7 @@ class Fetch:
 class JobState:
     """One registered job as the PS sees it."""
 
-    __slots__ = ("spec", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest")
+    __slots__ = ("spec", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest", "owner")
 
     def __init__(self, spec: JobSpec, words: int, ring_capacity: int) -> None:
         self.spec = spec
@@ -78,6 +78,8 @@ class JobState:
         """Chunks whose result the PS is fetching from workers, by seq, oldest first; at most `ring`."""
         self.newest: int | None = None
         """The newest seq any worker of the job has sent (serial order)."""
+        self.owner: str | None = None
+        """The tenant that registered it (docs/protocol.md, section 7); None on an open control API."""
 
     def sent_by(self, rank: int, src: Address) -> bool:
         """A DATA of `rank` may come from that worker or through the job's switch."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ina.control import Endpoint, JobSpec
+from ina.control.auth import Access
 from ina.net.node import Address, Datagram
 from ina.net.service import Service
 from ina.ps.core import ParameterServer
@@ -28,10 +29,11 @@ class PSServer(Service):
 
     role = "ps"
 
-    def __init__(self, core: ParameterServer, listen: Address, control: Address, batch: int = 256) -> None:
+    def __init__(self, core: ParameterServer, listen: Address, control: Address, batch: int = 256,
+                 access: Access | None = None) -> None:  # fmt: skip
         self.core = core
         self._lock = threading.Lock()
-        super().__init__(self, listen, control, batch)
+        super().__init__(self, listen, control, batch, access)
 
     # --- Node, for the runner ---------------------------------------------------------
 

@@ -93,16 +93,17 @@ class Cluster:
         endpoints = tuple(Endpoint(*a) for a in addrs)
         self.ps.register(JobSpec(job, endpoints, window, lane_bits, priority_cap,
                                  switch=None if ps_only else Endpoint(*SWITCH_ADDR), index_bits=index_bits, table=table))
-        slot_base = 0
+        slot_base, span = 0, 0
         if not ps_only:
             assert self.switch_core is not None, "a job that uses the switch needs a cluster with one"
             spec = JobSpec(job, endpoints, window, lane_bits, priority_cap, ps=Endpoint(*PS_ADDR))
-            slot_base = self.switch_core.register(spec)["slot_base"]
+            answer = self.switch_core.register(spec)
+            slot_base, span = answer["slot_base"], answer["span"]
         engines = []
         for rank, addr in enumerate(addrs):
             config = EngineConfig(
                 job=job, rank=rank, workers=workers, words=self.words, window=window, pool=self.pool,
-                slot_base=slot_base, ps_only=ps_only, destination=PS_ADDR if ps_only else SWITCH_ADDR,
+                slot_base=slot_base, span=span, ps_only=ps_only, destination=PS_ADDR if ps_only else SWITCH_ADDR,
                 sources=frozenset({PS_ADDR} if ps_only else {SWITCH_ADDR, PS_ADDR}), first_seq=first_seq,
                 **self.engine,
             )

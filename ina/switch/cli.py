@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
-from ina.net.service import run_service
+from ina.net.service import access_from_args, add_access_options, run_service
 from ina.net.udp import parse_address
 from ina.protocol import DEFAULT_SWITCH_CONTROL_PORT, INA_PORT
 from ina.switch.config import POLICIES, SwitchConfig
@@ -24,7 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--control", default=f"127.0.0.1:{DEFAULT_SWITCH_CONTROL_PORT}", help="HTTP control address (default %(default)s)")
     parser.add_argument("--pool", type=int, default=64, help="aggregator slots P, a power of two (default %(default)s)")
     parser.add_argument("--words", type=int, default=64, help="32-bit payload words per packet K (default %(default)s)")
-    parser.add_argument("--policy", choices=POLICIES, default="esa", help="contention policy (default %(default)s)")
+    parser.add_argument("--policy", choices=POLICIES, default="esa",
+                        help="pool policy: esa (preemptive, by priority), atp (first come), static (a fixed partition per job) (default %(default)s)")
     parser.add_argument("--slot-timeout", type=float, default=1.0, help="seconds before an idle partial is flushed to its PS (default %(default)s)")
     parser.add_argument("--batch", type=int, default=1024, help="most datagrams per processing call (default %(default)s)")
     parser.add_argument("--target", choices=TARGETS, default="software",
@@ -35,6 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help="where a worker or PS host is reached: its MAC and BMv2 port (repeat)")
     p4.add_argument("--mac", default="02:00:00:00:00:01", help="the switch's own MAC (default %(default)s)")
     p4.add_argument("--bmv2-log", help="file for BMv2's output (default: a temporary file)")
+    add_access_options(parser)
     faults = parser.add_argument_group("fault injection (applied to received and sent packets)")
     faults.add_argument("--drop", type=float, default=0.0, help="drop rate")
     faults.add_argument("--duplicate", type=float, default=0.0, help="duplicate rate")
@@ -56,16 +58,20 @@ def register(subcommands: Any) -> None:
 def build(args: argparse.Namespace) -> Any:
     """The server the arguments describe; ValueError says which option to change."""
     config = SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout)
+    access = access_from_args(args)
     if args.target == "bmv2":
         return _build_bmv2(args, config)
     faults = Faults(args.drop, args.duplicate, args.reorder, args.fault_seed)
     faults.injectors()  # validates the rates
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
-    return SwitchServer(config, listen, control, faults, batch=args.batch)
+    return SwitchServer(config, listen, control, faults, batch=args.batch, access=access)
 
 
 def _build_bmv2(args: argparse.Namespace, config: SwitchConfig) -> Any:
+    import os
     from pathlib import Path
+
+    from ina.control import auth
 
     from ina.p4.server import P4SwitchServer  # the 'p4' extra: imported only for this target
     from ina.p4.controller import Route
@@ -80,6 +86,11 @@ def _build_bmv2(args: argparse.Namespace, config: SwitchConfig) -> Any:
         interfaces[int(port)] = name
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
     routes = [Route.parse(text) for text in args.route]
+    # P4SwitchServer builds its ControlServer with Access.from_environment(): hand it the options that way
+    for variable, value in ((auth.TOKEN_FILE, args.token_file), (auth.TENANTS, args.tenants),
+                            (auth.ALLOW_UNAUTHENTICATED, "1" if args.allow_unauthenticated else None)):  # fmt: skip
+        if value:
+            os.environ[variable] = value
     try:
         return P4SwitchServer(config, listen, control, interfaces, routes, args.mac, log=Path(args.bmv2_log) if args.bmv2_log else None)
     except RuntimeError as error:  # a missing tool, or BMv2 refusing to start or to load the program

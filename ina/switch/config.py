@@ -7,14 +7,14 @@ from typing import Any
 
 from ina.protocol import HEADER_LEN
 
-POLICIES = ("esa", "atp")
+POLICIES = ("esa", "atp", "static")
 MAX_POOL = 1 << 16  # the header's slot field is 16 bits
 MAX_WORDS = (65507 - HEADER_LEN) // 4  # a DATA packet must fit one UDP datagram
 
 
 @dataclass(frozen=True, slots=True)
 class SwitchConfig:
-    """Pool size P, words per packet K, the contention policy and the idle-sweep timeout (seconds)."""
+    """Pool size P, words per packet K, the pool policy (esa, atp or static) and the idle-sweep timeout (seconds)."""
 
     pool: int = 64
     words: int = 64

@@ -115,7 +115,7 @@ class SwitchCore:
     def __init__(self, config: SwitchConfig) -> None:
         self.settings = config
         self.slots = Slots(config.pool, config.words)
-        self.table = Jobs(config.pool)
+        self.table = Jobs(config.pool, config.policy)
         self._mask = config.pool - 1
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._lock = threading.Lock()
@@ -128,7 +128,7 @@ class SwitchCore:
     def register(self, spec: JobSpec) -> dict[str, Any]:
         with self._lock:
             entry = self.table.add(spec)
-        return {"job": spec.job, "slot_base": entry.slot_base}
+        return {"job": spec.job, "slot_base": entry.slot_base, "span": entry.span or self.settings.pool}
 
     def deregister(self, job: int) -> None:
         """Table entry first (its packets are then unregistered), then its slots and redirects."""
@@ -212,7 +212,7 @@ class SwitchCore:
         ok &= known
 
         seq = head["seq"].astype(np.uint32)
-        right_slot = head["slot"] == ((table.slot_base[safe] + seq) & self._mask)
+        right_slot = head["slot"] == ((table.slot_base[safe] + (seq & table.span_mask[safe])) & self._mask)
         self._count("bad_slot", ok & ~right_slot)
         ok &= right_slot
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ina.control import JobSpec
+from ina.control.auth import Access
 from ina.net.faults import FaultInjector, FaultyNode
 from ina.net.node import Address
 from ina.net.service import Service
@@ -40,11 +41,12 @@ class SwitchServer(Service):
 
     role = "switch"
 
-    def __init__(self, config: SwitchConfig, listen: Address, control: Address, faults: Faults = Faults(), batch: int = 1024) -> None:
+    def __init__(self, config: SwitchConfig, listen: Address, control: Address, faults: Faults = Faults(), batch: int = 1024,
+                 access: Access | None = None) -> None:  # fmt: skip
         self.core = SwitchCore(config)
         self.faults = faults
         self._faulty = FaultyNode(self.core, *faults.injectors()) if any((faults.drop, faults.duplicate, faults.reorder)) else None
-        super().__init__(self._faulty or self.core, listen, control, batch)
+        super().__init__(self._faulty or self.core, listen, control, batch, access)
 
     # -- ControlTarget -----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ina.control import Endpoint, JobSpec
+from ina.control.policy import caller, check_owner, check_quota, grant
 from ina.net.node import Address
 
 _VALID = np.uint64(1 << 49)
@@ -83,36 +84,86 @@ def _describe_key(key: np.uint64) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class JobEntry:
-    """A registered job as the switch keeps it."""
+    """A registered job as the switch keeps it: its slots are `(slot_base + (seq mod span)) mod P`
+    (docs/protocol.md, section 4; `span` None: the whole pool), and it holds `slots` of its tenant's quota."""
 
     spec: JobSpec
     slot_base: int
+    span: int | None = None
+    slots: int = 0
+    owner: str | None = None
 
     def to_json(self) -> dict:
-        return self.spec.to_json() | {"slot_base": self.slot_base}
+        """The spec and slot_base; `span` where it is not the whole pool (static), `owner` and the
+        `slots` it holds where a tenant registered it."""
+        extra: dict = {"slot_base": self.slot_base}
+        if self.span is not None:
+            extra["span"] = self.span
+        if self.owner is not None:
+            extra |= {"owner": self.owner, "slots": self.slots}
+        return self.spec.to_json() | extra
 
 
 class Jobs:
-    """The job table, plus numpy lookup arrays (rebuilt on every change) for the per-batch checks."""
+    """The job table, plus numpy lookup arrays (rebuilt on every change) for the per-batch checks.
 
-    def __init__(self, pool: int) -> None:
+    `policy` is the switch's pool policy: under `static` each job gets a partition of its own
+    (docs/protocol.md, section 5, "Configuration"), else it shares the whole pool. Registrations
+    and removals obey the operator policy of the control request's caller (`ina.control.policy`).
+    """
+
+    def __init__(self, pool: int, policy: str = "esa") -> None:
         self.pool = pool
+        self.policy = policy
         self.entries: dict[int, JobEntry] = {}
         self._rebuild()
 
     def add(self, spec: JobSpec) -> JobEntry:
-        """Validate a registration for this switch, choose its slot_base, and add it."""
+        """Validate a registration for this switch and its caller's tenant, place it, and add it."""
+        who = caller()
+        spec = grant(spec, who)
         _check_registration(spec, self.pool, self.entries)
-        entry = JobEntry(spec, self._choose_slot_base(spec.window))
+        if self.policy == "static":
+            span = 1 << (spec.window - 1).bit_length()
+            slot_base, slots = self._choose_partition(spec.job, span), span
+        else:
+            span, slots = None, spec.window
+            slot_base = self._choose_slot_base(spec.window)
+        check_quota(who, spec.job, slots, sum(e.slots for e in self.entries.values() if e.owner == who.name) if who.name else 0)
+        entry = JobEntry(spec, slot_base, span, slots, who.name)
         self.entries[spec.job] = entry
         self._rebuild()
         return entry
 
-    def remove(self, job: int) -> None:
-        if job not in self.entries:
+    def check_removal(self, job: int) -> JobEntry:
+        """The entry `remove(job)` would remove, or why the caller may not: for a controller that
+        changes its data plane before it removes the entry (ina/p4/controller.py)."""
+        entry = self.entries.get(job)
+        if entry is None:
             raise ValueError(f"job {job} is not registered with this switch")
+        check_owner(caller(), job, entry.owner)
+        return entry
+
+    def remove(self, job: int) -> None:
+        self.check_removal(job)
         del self.entries[job]
         self._rebuild()
+
+    def _choose_partition(self, job: int, span: int) -> int:
+        """The lowest multiple of `span` whose `span` slots no registered job holds (static policy)."""
+        held = np.zeros(self.pool, dtype=bool)
+        for entry in self.entries.values():
+            held[entry.slot_base : entry.slot_base + (entry.span or self.pool)] = True
+        blocks = held.reshape(-1, span).any(axis=1) if span <= self.pool else np.ones(1, dtype=bool)
+        free = np.flatnonzero(~blocks)
+        if free.size:
+            return int(free[0]) * span
+        sizes = (1 << k for k in range(self.pool.bit_length() - 1, -1, -1))
+        largest = next((size for size in sizes if (~held.reshape(-1, size)).all(axis=1).any()), 0)
+        advice = f"register a window of at most {largest}, or deregister a job" if largest else "deregister a job first"
+        raise ValueError(f"job {job}: the static pool has no free partition of {span} slots (window {span // 2 + 1}.."
+                         f"{span}); {int((~held).sum())} of {self.pool} slots are free, the largest free partition "
+                         f"holds {largest}: {advice}")  # fmt: skip
 
     def _choose_slot_base(self, window: int) -> int:
         """The base whose window overlaps the fewest registered windows (lowest such base on ties)."""
@@ -132,6 +183,7 @@ class Jobs:
         self.fanin = np.zeros(count, dtype=np.int64)
         self.full = np.zeros(count, dtype=np.uint32)
         self.slot_base = np.zeros(count, dtype=np.int64)
+        self.span_mask = np.zeros(count, dtype=np.int64)
         self.priority_cap = np.zeros(count, dtype=np.int64)
         self.lane_bits = np.zeros(count, dtype=np.int64)
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
@@ -144,6 +196,7 @@ class Jobs:
             self.fanin[i] = spec.fanin
             self.full[i] = spec.full_bitmap
             self.slot_base[i] = entry.slot_base
+            self.span_mask[i] = (entry.span or self.pool) - 1
             self.priority_cap[i] = spec.priority_cap
             self.lane_bits[i] = spec.lane_bits
             self.ps_id[i] = self.address_ids[spec.ps.addr]

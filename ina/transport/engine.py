@@ -53,6 +53,7 @@ class EngineConfig:
     sources: frozenset[Address]
     pool: int = 1
     slot_base: int = 0
+    span: int = 0  # slots the job's chunks range over (docs/protocol.md, section 4); 0: the whole pool
     ps_only: bool = False
     min_rto: float = 0.005
     max_rto: float = 1.0
@@ -71,6 +72,9 @@ class EngineConfig:
             raise ValueError(f"pool must be a power of two, got {self.pool}")
         if self.window < 1 or (not self.ps_only and self.window > self.pool):
             raise ValueError(f"window must be in 1..pool ({self.pool}), got {self.window}")
+        span = self.span or self.pool
+        if span & (span - 1) or span > self.pool or (not self.ps_only and self.window > span):
+            raise ValueError(f"span must be a power of two in window ({self.window})..pool ({self.pool}), got {span}")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto < self.peer_timeout:
             raise ValueError("need 0 < min_rto <= initial_rto <= max_rto < peer_timeout")
         if self.destination not in self.sources or len(self.sources) > 2:
@@ -86,8 +90,8 @@ class EngineConfig:
         return next(iter(others)) if others else None
 
     def slot(self, seq: np.ndarray) -> np.ndarray | int:
-        """The slots of chunks `seq` (unwrapped): `(slot_base + seq) mod pool`, or 0 in PS-only mode."""
-        return 0 if self.ps_only else (self.slot_base + seq) & (self.pool - 1)
+        """The slots of chunks `seq` (unwrapped): `(slot_base + (seq mod span)) mod pool`, or 0 in PS-only mode."""
+        return 0 if self.ps_only else (self.slot_base + (seq & ((self.span or self.pool) - 1))) & (self.pool - 1)
 
     def describe_destination(self) -> str:
         host, port = self.destination

@@ -133,7 +133,8 @@ class _UdpTransport(Transport):
         engine_config = EngineConfig(
             job=registration.job, rank=rank, workers=workers, words=deployment.words, window=spec.window,
             destination=deployment.destination, sources=frozenset(filter(None, (deployment.switch, deployment.ps))),
-            pool=deployment.pool, slot_base=registration.slot_base, ps_only=self._switch is None, **self._timing,
+            pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, ps_only=self._switch is None,
+            **self._timing,
         )  # fmt: skip
         self._engine = UdpEngine(engine_config, sock, self._policy)
         owner = (self._ps, self._switch, registration.job) if rank == 0 else None
@@ -250,7 +251,10 @@ class SwitchTransport(_UdpTransport):
         )
 
     def _default_window(self, deployment: Deployment) -> int:
-        return min(deployment.pool, 64)
+        """The whole pool, at most 64 chunks and what the tenant's quota leaves (docs/protocol.md, section 7)."""
+        free = deployment.slots_free
+        window = min(deployment.pool, 64, deployment.pool if free is None else max(free, 1))
+        return 1 << (window.bit_length() - 1)  # a power of two: under a static policy its partition is no larger
 
     def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
         return pack_bits(codec.table_values(indices), self._lane_bits), 0

@@ -11,10 +11,11 @@ import logging
 import os
 import socket
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 from ina.control import Endpoint, JobSpec
+from ina.control.auth import TOKEN, TOKEN_FILE, token_from_environment
 from ina.control.http import ControlClient, ControlError
 from ina.net.node import Address
 from ina.net.udp import open_socket, parse_address
@@ -31,7 +32,8 @@ ENVIRONMENT = {
     "job": "INA_JOB",  # the job id (default: derived from the workers' addresses, the first free one)
 }
 """Environment variables read when an option is not given; INA_SWITCH_CONTROL and INA_PS_CONTROL
-name the control APIs (default: the data host, ports 47180 and 47181)."""
+name the control APIs (default: the data host, ports 47180 and 47181), and INA_TOKEN_FILE (a path)
+or INA_TOKEN the token rank 0 presents to them (docs/protocol.md, section 7)."""
 _CONTROL_PORTS = {"switch": DEFAULT_SWITCH_CONTROL_PORT, "ps": DEFAULT_PS_CONTROL_PORT}
 _COMMANDS = {"switch": "ina switch", "ps": "ina ps"}
 
@@ -44,21 +46,28 @@ class Aggregator:
     role: str  # "switch" or "ps"
     control: Address
     data: Address | None = None
+    token: str | None = field(default=None, repr=False)
 
     @classmethod
     def configure(cls, role: str, data: str | None = None, control: str | None = None) -> Aggregator:
-        """From explicit `host:port` options, else the environment, else the defaults (loopback)."""
+        """From explicit `host:port` options, else the environment, else the defaults (loopback); the
+        token from INA_TOKEN_FILE or INA_TOKEN."""
         variable = ENVIRONMENT[role]
         data = data or os.environ.get(variable) or None
         control = control or os.environ.get(f"{variable}_CONTROL") or None
         data_address = None if data is None else parse_address(data, f"the {role} address ({role}= or {variable})")
+        try:
+            token = token_from_environment()
+        except ValueError as error:
+            raise TransportError(f"{error}; check {TOKEN_FILE}") from None
         if control is None:
             host = "127.0.0.1" if data_address is None else data_address[0]
-            return cls(role, (host, _CONTROL_PORTS[role]), data_address)
-        return cls(role, parse_address(control, f"the {role} control address ({role}_control= or {variable}_CONTROL)"), data_address)
+            return cls(role, (host, _CONTROL_PORTS[role]), data_address, token)
+        return cls(role, parse_address(control, f"the {role} control address ({role}_control= or {variable}_CONTROL)"),
+                   data_address, token)  # fmt: skip
 
     def client(self) -> ControlClient:
-        return ControlClient(*self.control)
+        return ControlClient(*self.control, token=self.token or "")
 
     def describe(self) -> dict[str, Any]:
         """Its health and configuration, with `listen` as the numeric address workers send to.
@@ -69,7 +78,13 @@ class Aggregator:
         try:
             health = self.client().health()
             config = self.client().config()
+            caller = self.client().whoami()
         except ControlError as error:
+            if error.status in (401, 403):
+                raise TransportError(
+                    f"the {self.role} control API at {host}:{port} refused this job's token ({error}): set {TOKEN_FILE} "
+                    f"to a file holding the token the operator gave you (or {TOKEN})"
+                ) from None
             raise TransportError(
                 f"no {self.role} control API answers at {host}:{port} ({error}). Start `{_COMMANDS[self.role]}` "
                 f"there, or point the workers at yours: set {variable}=host:port (and {variable}_CONTROL=host:port "
@@ -83,7 +98,7 @@ class Aggregator:
         data = self.data or (listen_host, listen_port)
         if self.data is not None and self.data[1] != listen_port:
             logger.warning("%s says the %s listens on port %d, but it was given as %s:%d", self.control, self.role, listen_port, *self.data)
-        return config | {"listen": (_numeric(data[0], variable), data[1])}
+        return config | {"listen": (_numeric(data[0], variable), data[1]), "caller": caller}
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,8 @@ class Deployment:
     pool: int  # 1 without a switch
     ps: Address
     switch: Address | None
+    slots_free: int | None = None  # what this tenant may still hold at the switch; None: no quota
+    job_ids: frozenset[int] | None = None  # the ids this tenant may use; None: any
 
     @property
     def destination(self) -> Address:
@@ -105,20 +122,34 @@ def locate(ps: Aggregator, switch: Aggregator | None) -> Deployment:
     """Ask the control APIs (rank 0) how the aggregators are set up; they must agree on K."""
     switch_config = switch.describe() if switch else None  # the destination first: its absence is the news
     ps_config = ps.describe()
+    job_ids = _job_ids(ps_config["caller"], switch_config["caller"] if switch_config else None)
     if switch_config is None:
-        return Deployment(ps_config["words"], 1, ps_config["listen"], None)
+        return Deployment(ps_config["words"], 1, ps_config["listen"], None, job_ids=job_ids)
     if switch_config["words"] != ps_config["words"]:
         raise TransportError(
             f"the switch carries {switch_config['words']} words per packet and the PS {ps_config['words']}: "
             "start both with the same --words"
         )
-    return Deployment(switch_config["words"], switch_config["pool"], ps_config["listen"], switch_config["listen"])
+    caller = switch_config["caller"]
+    free = None if caller.get("slots") is None else max(caller["slots"] - caller.get("slots_used", 0), 0)
+    return Deployment(switch_config["words"], switch_config["pool"], ps_config["listen"], switch_config["listen"], free, job_ids)
+
+
+def _job_ids(*callers: dict[str, Any] | None) -> frozenset[int] | None:
+    """The job ids the token may use at every aggregator (None: any), from their GET /whoami."""
+    allowed: frozenset[int] | None = None
+    for caller in callers:
+        if caller is not None and caller.get("jobs") is not None:
+            ids = frozenset(j for lo, hi in caller["jobs"] for j in range(lo, hi + 1))
+            allowed = ids if allowed is None else allowed & ids
+    return allowed
 
 
 @dataclass(frozen=True)
 class Registration:
     job: int
     slot_base: int
+    span: int = 0  # 0: the whole pool
 
 
 def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, spec: JobSpec, pick_job: bool) -> Registration:
@@ -127,7 +158,11 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
     ps_client, switch_client = ps.client(), switch.client() if switch else None
     if pick_job:
         taken = {entry["job"] for client in (ps_client, switch_client) if client for entry in client.jobs()}
-        free = next(j % (1 << 16) for j in range(spec.job, spec.job + (1 << 16)) if j % (1 << 16) not in taken)
+        allowed = deployment.job_ids
+        candidates = (j % (1 << 16) for j in range(spec.job, spec.job + (1 << 16)))
+        free = next((j for j in candidates if j not in taken and (allowed is None or j in allowed)), None)
+        if free is None:
+            raise TransportError("every job id this token may use is registered already: deregister a job, or ask the operator for more ids")
         spec = replace(spec, job=free)
     switch_address = None if deployment.switch is None else Endpoint(*deployment.switch)
     ps_client.register(replace(spec, switch=switch_address))
@@ -138,7 +173,7 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
     except ControlError:
         ps_client.deregister(spec.job)
         raise
-    return Registration(spec.job, answer["slot_base"])
+    return Registration(spec.job, answer["slot_base"], answer.get("span", 0))
 
 
 def deregister(ps: Aggregator, switch: Aggregator | None, job: int) -> None:
