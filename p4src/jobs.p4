@@ -1,5 +1,6 @@
 /* The job table and the checks that follow it (docs/protocol.md, section 5): unregistered,
- * bad_slot, bad_format. The control plane (ina/p4/controller.py) fills both tables. */
+ * bad_slot (a job's slots are (slot_base + seq mod span) mod P; span is the pool but under the
+ * static policy), bad_format. The control plane (ina/p4/controller.py) fills both tables. */
 #ifndef INA_JOBS_P4
 #define INA_JOBS_P4
 
@@ -7,12 +8,13 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta, in standard_metada
     bool job_known = false;
 
     @name(".ina_job")
-    action job(bit<32> full, bit<8> fanin, bit<16> slot_base, bit<8> priority_cap, bit<8> lane_bits,
-               bit<32> ps_ip, bit<16> ps_port, bit<16> group) {
+    action job(bit<32> full, bit<8> fanin, bit<16> slot_base, bit<16> span_mask, bit<8> priority_cap,
+               bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port, bit<16> group) {
         job_known = true;
         meta.full = full;
         meta.fanin = fanin;
         meta.slot_base = slot_base;
+        meta.span_mask = span_mask;
         meta.priority_cap = priority_cap;
         meta.lane_bits = lane_bits;
         meta.ps_ip = ps_ip;
@@ -54,7 +56,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta, in standard_metada
         if (!known) {
             meta.outcome = OUTCOME_UNREGISTERED;
         } else if (hdr.ina.kind != KIND_SWEEP
-                   && hdr.ina.slot != ((meta.slot_base + hdr.ina.seq[15:0]) & POOL_MASK)) {
+                   && hdr.ina.slot != ((meta.slot_base + (hdr.ina.seq[15:0] & meta.span_mask)) & POOL_MASK)) {
             meta.outcome = OUTCOME_BAD_SLOT;
         } else if (hdr.ina.kind == KIND_DATA
                    && (hdr.ina.index_bits != 0

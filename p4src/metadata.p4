@@ -61,6 +61,7 @@ struct ina_meta_t {
     bit<32> full;            /* 2^n - 1 */
     bit<8>  fanin;           /* n */
     bit<16> slot_base;
+    bit<16> span_mask;       /* span - 1: the job's slots are (slot_base + seq mod span) mod P */
     bit<8>  priority_cap;
     bit<8>  lane_bits;
     bit<32> ps_ip;

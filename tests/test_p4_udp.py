@@ -9,6 +9,8 @@ The kernel here has no netem: tests/bmv2_support.py impairs links with nftables 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +28,15 @@ SWITCH_IP, SWITCH_MAC = "10.99.0.254", "02:00:00:00:00:fe"
 WORKERS_IP, PS_IP, MANAGEMENT_IP = "10.99.0.1", "10.99.0.2", "10.98.0.254"
 PS_PORT, PS_CONTROL = 47101, 47181
 HOSTS = Path(__file__).parent / "p4_hosts.py"
+TOKEN = secrets.token_hex(16)
+"""The operator's token: the control APIs listen beyond loopback, so they require one."""
 
 
 class Network:
     """BMv2 with the workers' host on port 1 and the PS's on port 2, the controller in this process."""
 
     def __init__(self) -> None:
+        from ina.control.auth import Access
         from ina.p4.controller import Route
         from ina.p4.server import P4SwitchServer
 
@@ -47,10 +52,11 @@ class Network:
         routes = [Route(WORKERS_IP, self.workers.mac, 1), Route(PS_IP, self.ps_host.mac, 2)]
         config = SwitchConfig(pool=POOL, words=WORDS, policy="esa", slot_timeout=1.0)
         interfaces = {1: self.workers.veth.switch_side, 2: self.ps_host.veth.switch_side}
-        self.switch = self._keep(P4SwitchServer(config, (SWITCH_IP, INA_PORT), (MANAGEMENT_IP, 0), interfaces, routes, SWITCH_MAC).start())
+        self.switch = self._keep(P4SwitchServer(config, (SWITCH_IP, INA_PORT), (MANAGEMENT_IP, 0), interfaces, routes, SWITCH_MAC,
+                                                   access=Access(token=TOKEN)).start())
         self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",
                                                                "--control", f"{PS_IP}:{PS_CONTROL}", "--words", str(WORDS)),
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"INA_TOKEN": TOKEN})  # fmt: skip
         line = self.ps.stdout.readline()
         assert line.startswith("ina ps: data"), line + self.ps.stdout.read()
 
@@ -60,11 +66,11 @@ class Network:
 
     @property
     def environment(self) -> dict[str, str]:
-        return {"INA_SWITCH_CONTROL": "%s:%d" % self.switch.control_address, "INA_PS_CONTROL": f"{PS_IP}:{PS_CONTROL}"}
+        return {"INA_SWITCH_CONTROL": "%s:%d" % self.switch.control_address, "INA_PS_CONTROL": f"{PS_IP}:{PS_CONTROL}", "INA_TOKEN": TOKEN}
 
     def on_workers(self, command: str, options: dict, timeout: float = 600) -> dict:
         done = subprocess.run(self.workers.netns.command(sys.executable, str(HOSTS), command, json.dumps(options)),
-                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                              capture_output=True, text=True, timeout=timeout, env=os.environ | self.environment)  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -88,7 +94,9 @@ def test_two_jobs_of_different_priorities_are_exact_through_bmv2_under_loss_dupl
     try:
         jobs = [dict(workers=2, window=POOL, priority=1, reductions=6, coordinates=4 * WORDS * 6),
                 dict(workers=3, window=POOL, priority=9, reductions=6, coordinates=4 * WORDS * 5)]  # fmt: skip
-        options = dict(host=WORKERS_IP, seed=7, jobs=jobs, **{k.removeprefix("INA_").lower(): v for k, v in network.environment.items()})
+        environment = network.environment
+        options = dict(host=WORKERS_IP, seed=7, jobs=jobs, switch_control=environment["INA_SWITCH_CONTROL"],
+                       ps_control=environment["INA_PS_CONTROL"])  # fmt: skip
         result = network.on_workers("sums", options)
     finally:
         for host in (network.workers, network.ps_host):

@@ -21,7 +21,7 @@ from ina.p4.runtime import DELETE, INSERT, MODIFY, P4RuntimeClient
 from ina.protocol import INA_PORT, Flag, Header, Kind
 from ina.switch.config import SwitchConfig
 from ina.switch.core import COUNTERS
-from ina.switch.state import Jobs
+from ina.switch.state import JobEntry, Jobs
 
 OUTCOMES = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format", "duplicate", "redirected", "flushed",
             "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests")  # fmt: skip
@@ -82,7 +82,7 @@ class P4Switch:
         self.ip, self.mac = ip, mac
         self.routes = {route.ip: route for route in routes}
         self.runtime, self.registers = runtime, registers
-        self.table = Jobs(config.pool)
+        self.table = Jobs(config.pool, config.policy)
         self._groups: dict[int, int] = {}
         self._seen: dict[int, tuple[tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
@@ -118,20 +118,18 @@ class P4Switch:
                     raise ValueError(f"job {spec.job}: the switch has no route to {', '.join(unrouted)}; start it with "
                                      "--route IP=MAC@PORT for every worker and PS host")  # fmt: skip
                 group = min(set(range(FLOOD_GROUP + 1, FLOOD_GROUP + 2 + len(self._groups))) - set(self._groups.values()))
-                self.runtime.write(*self._job_updates(INSERT, spec, entry.slot_base, group))
+                self.runtime.write(*self._job_updates(INSERT, entry, group))
             except BaseException:
                 self.table.remove(spec.job)
                 raise
             self._groups[spec.job] = group
-        return {"job": spec.job, "slot_base": entry.slot_base}
+        return {"job": spec.job, "slot_base": entry.slot_base, "span": entry.span or self.settings.pool}
 
     def deregister(self, job: int) -> None:
         """Table entries first (the job's packets are then unregistered), then its slots and redirects."""
         with self._lock:
-            entry = self.table.entries.get(job)
-            if entry is None:
-                raise ValueError(f"job {job} is not registered with this switch")
-            updates = self._job_updates(DELETE, entry.spec, entry.slot_base, self._groups[job])
+            entry = self.table.check_removal(job)  # registered, and the caller may remove it
+            updates = self._job_updates(DELETE, entry, self._groups[job])
             self.runtime.write(*updates[:-1])  # every table entry; the group goes last
             self._forget_slots(job)
             self.runtime.write(updates[-1])
@@ -213,12 +211,14 @@ class P4Switch:
 
     # -- tables ----------------------------------------------------------------------------
 
-    def _job_updates(self, kind: int, spec: JobSpec, slot_base: int, group: int) -> list:
-        """Every entity of a job: its table entries, then its multicast group (last)."""
-        info, ps = self.info, spec.ps
+    def _job_updates(self, kind: int, entry: JobEntry, group: int) -> list:
+        """Every entity of a job as the table granted it: its table entries, then its multicast group (last)."""
+        info, spec = self.info, entry.spec
+        ps = spec.ps
         assert ps is not None
         entries = [info.entry("ina_jobs", {"job": spec.job}, "ina_job", {
-            "full": spec.full_bitmap, "fanin": spec.fanin, "slot_base": slot_base, "priority_cap": spec.priority_cap,
+            "full": spec.full_bitmap, "fanin": spec.fanin, "slot_base": entry.slot_base,
+            "span_mask": (entry.span or self.settings.pool) - 1, "priority_cap": spec.priority_cap,
             "lane_bits": spec.lane_bits, "ps_ip": _ip(ps.host), "ps_port": ps.port, "group": group})]  # fmt: skip
         entries += [info.entry("ina_workers", {"job": spec.job, "rank": rank, "src": _ip(w.host), "src_port": w.port}, "NoAction", {})
                     for rank, w in enumerate(spec.workers)]  # fmt: skip

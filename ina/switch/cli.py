@@ -60,18 +60,15 @@ def build(args: argparse.Namespace) -> Any:
     config = SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout)
     access = access_from_args(args)
     if args.target == "bmv2":
-        return _build_bmv2(args, config)
+        return _build_bmv2(args, config, access)
     faults = Faults(args.drop, args.duplicate, args.reorder, args.fault_seed)
     faults.injectors()  # validates the rates
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
     return SwitchServer(config, listen, control, faults, batch=args.batch, access=access)
 
 
-def _build_bmv2(args: argparse.Namespace, config: SwitchConfig) -> Any:
-    import os
+def _build_bmv2(args: argparse.Namespace, config: SwitchConfig, access: Any) -> Any:
     from pathlib import Path
-
-    from ina.control import auth
 
     from ina.p4.server import P4SwitchServer  # the 'p4' extra: imported only for this target
     from ina.p4.controller import Route
@@ -86,13 +83,9 @@ def _build_bmv2(args: argparse.Namespace, config: SwitchConfig) -> Any:
         interfaces[int(port)] = name
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
     routes = [Route.parse(text) for text in args.route]
-    # P4SwitchServer builds its ControlServer with Access.from_environment(): hand it the options that way
-    for variable, value in ((auth.TOKEN_FILE, args.token_file), (auth.TENANTS, args.tenants),
-                            (auth.ALLOW_UNAUTHENTICATED, "1" if args.allow_unauthenticated else None)):  # fmt: skip
-        if value:
-            os.environ[variable] = value
     try:
-        return P4SwitchServer(config, listen, control, interfaces, routes, args.mac, log=Path(args.bmv2_log) if args.bmv2_log else None)
+        return P4SwitchServer(config, listen, control, interfaces, routes, args.mac,
+                              log=Path(args.bmv2_log) if args.bmv2_log else None, access=access)  # fmt: skip
     except RuntimeError as error:  # a missing tool, or BMv2 refusing to start or to load the program
         raise ValueError(str(error)) from None
 
