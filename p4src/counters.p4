@@ -4,14 +4,15 @@
 #ifndef INA_COUNTERS_P4
 #define INA_COUNTERS_P4
 
-control Count(in ina_meta_t meta) {
+/* `arrived`: the packet's first pass (a recirculated pass counts no rx). */
+control Count(in ina_meta_t meta, in bool arrived) {
     @name(".ina_rx") counter(1, CounterType.packets) rx;
-    @name(".ina_outcomes") counter(16, CounterType.packets) outcomes;
-    @name(".ina_events") counter(8, CounterType.packets) events;
+    @name(".ina_outcomes") counter(OUTCOMES, CounterType.packets) outcomes;
+    @name(".ina_events") counter(EVENTS, CounterType.packets) events;
 
     apply {
         if (meta.from_cpu == 0) {
-            if (meta.pass == PASS_FIRST) {
+            if (arrived) {
                 rx.count(0);
             }
             if (meta.outcome != NO_OUTCOME) {

@@ -55,6 +55,7 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_me
         if (meta.is_ina == 0) {
             l2.apply(hdr, std);
         } else {
+            bool arrived = meta.pass == PASS_FIRST;
             meta.from_cpu = std.ingress_port == CPU_PORT ? 1w1 : 1w0;
             meta.outcome = NO_OUTCOME;
             meta.event = NO_EVENT;
@@ -70,7 +71,7 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_me
             } else {
                 mark_to_drop(std);
             }
-            count.apply(meta);
+            count.apply(meta, arrived);
         }
     }
 }
@@ -102,9 +103,9 @@ control InaEgress(inout headers_t hdr, inout ina_meta_t meta, inout standard_met
     }
 
     apply {
-        if (meta.out == OUT_RECIRC) {
+        if (meta.output == OUT_RECIRC) {
             recirculate_preserving_field_list(1);
-        } else if (meta.is_ina == 1 && meta.out == OUT_RESULT) {
+        } else if (meta.is_ina == 1 && meta.output == OUT_RESULT) {
             if (replicas.apply().hit) {
                 tx.count(0);
             }

@@ -65,7 +65,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta, in standard_metada
         }
         meta.slot = (bit<32>)(hdr.ina.slot & POOL_MASK);
         meta.key_id = KEY_VALID | (meta.op_max == 1 ? KEY_MAX : 32w0) | (bit<32>)hdr.ina.job;
-        meta.bit = 32w1 << hdr.ina.rank;
+        meta.rank_bit = 32w1 << hdr.ina.rank;
         meta.prio = hdr.ina.priority < meta.priority_cap ? hdr.ina.priority : meta.priority_cap;
     }
 }

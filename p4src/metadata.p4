@@ -20,8 +20,7 @@ const bit<8> OUT_PARTIAL = 2;    /* a PARTIAL of the slot's old contents */
 const bit<8> OUT_RESULT = 3;     /* a RESULT to every worker of the job and its PS */
 const bit<8> OUT_RECIRC = 4;     /* the next pass */
 
-/* What the slot's value words do. */
-const bit<8> SLOT_NONE = 0;
+/* What the slot's value words do (0: nothing). */
 const bit<8> SLOT_CLAIM = 1;     /* value = payload (the old words into the PARTIAL if evicting) */
 const bit<8> SLOT_ADD = 2;       /* value += payload (or max): the new sums into the packet */
 const bit<8> SLOT_EVICT = 3;     /* the old words into the packet (FLUSH, sweep) */
@@ -76,7 +75,7 @@ struct ina_meta_t {
     /* the packet as the slot sees it */
     bit<32> slot;            /* register index */
     bit<32> key_id;          /* KEY_VALID | op | job */
-    bit<32> bit;             /* 1 << rank */
+    bit<32> rank_bit;        /* 1 << rank */
     bit<8>  prio;            /* min(priority, priority_cap) */
     bit<1>  op_max;
 
@@ -103,7 +102,7 @@ struct ina_meta_t {
     /* decisions */
     bit<8>  slot_action;
     bit<1>  evict;           /* the packet carries the slot's old words */
-    bit<8>  out;
+    bit<8>  output;
     bit<32> outcome;
     bit<32> event;
 }

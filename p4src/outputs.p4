@@ -50,24 +50,24 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta, inout standard_metad
     }
 
     apply {
-        if (meta.out == OUT_TO_PS) {
+        if (meta.output == OUT_TO_PS) {
             /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */
             hdr.ipv4.dst = meta.ps_ip;
             hdr.udp.dst_port = meta.ps_port;
             hdr.udp.checksum = 0;
             routes.apply();
-        } else if (meta.out == OUT_PARTIAL) {
+        } else if (meta.output == OUT_PARTIAL) {
             chunk_header(KIND_PARTIAL, meta.partial_id, meta.old_prio, meta.partial_seq, meta.partial_lanes,
                          meta.partial_full & ~meta.old_missing);
             from_switch();
             hdr.ipv4.dst = meta.partial_ps_ip;
             hdr.udp.dst_port = meta.partial_ps_port;
             routes.apply();
-        } else if (meta.out == OUT_RESULT) {
+        } else if (meta.output == OUT_RESULT) {
             chunk_header(KIND_RESULT, meta.key_id, 0, hdr.ina.seq, hdr.ina.lane_bits, meta.full);
             from_switch();
             std.mcast_grp = meta.group;
-        } else if (meta.out == OUT_RECIRC) {
+        } else if (meta.output == OUT_RECIRC) {
             std.egress_spec = std.ingress_port;
         } else {
             mark_to_drop(std);

@@ -39,7 +39,9 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
     }
 
     state parse_words {
-        packet.extract(hdr.words);
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#include "each_word.p4"
+#undef WORD_STEP
         transition accept;
     }
 }

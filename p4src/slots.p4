@@ -19,13 +19,13 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_met
 
     /* -- outcomes: what leaves the switch and how it is counted ------------------------------ */
 
-    action send(bit<8> out, bit<32> outcome) {
-        meta.out = out;
+    action send(bit<8> output, bit<32> outcome) {
+        meta.output = output;
         meta.outcome = outcome;
     }
 
     action next_pass(bit<8> pass, bit<8> kind) {
-        meta.out = OUT_RECIRC;
+        meta.output = OUT_RECIRC;
         meta.outcome = NO_OUTCOME;
         meta.pass = pass;
         meta.claim_kind = kind;
@@ -79,7 +79,7 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_met
 
     /* The missing bitmap of a claim: every worker but the claimer. */
     action claim_missing() {
-        missing.write(meta.slot, meta.full & ~meta.bit);
+        missing.write(meta.slot, meta.full & ~meta.rank_bit);
     }
 
     /* Stage 5, prio: a claim sets it, an added contribution raises it. */
@@ -114,11 +114,11 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_met
                 missing.write(meta.slot, 0);
             }
             read_prio();
-            meta.out = OUT_DROP;
+            meta.output = OUT_DROP;
             if (hit) {
                 evict_own(meta.key_id, hdr.ina.seq);
                 meta.slot_action = SLOT_EVICT;
-                meta.out = OUT_PARTIAL;
+                meta.output = OUT_PARTIAL;
             }
             if (hdr.ina.kind == KIND_SWEEP) {
                 meta.event = hit ? EVENT_SWEPT : NO_EVENT;
@@ -152,16 +152,16 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_met
                 claim_prio();
                 meta.slot_action = SLOT_CLAIM;
                 meta.outcome = OUTCOME_CLAIMED;
-                meta.out = OUT_DROP;
+                meta.output = OUT_DROP;
                 if (meta.old_missing != 0) {
                     meta.evict = 1;
                     meta.partial_id = meta.old_id;
                     meta.partial_seq = meta.old_seq;
                     victims.apply();
-                    meta.out = OUT_PARTIAL;
+                    meta.output = OUT_PARTIAL;
                     meta.event = meta.claim_kind == CLAIM_PREEMPT ? EVENT_PREEMPTED : EVENT_STALE;
-                } else if ((meta.full & ~meta.bit) == 0) {
-                    meta.out = OUT_RESULT;
+                } else if ((meta.full & ~meta.rank_bit) == 0) {
+                    meta.output = OUT_RESULT;
                     meta.event = EVENT_COMPLETED;
                 }
             } else {
@@ -201,17 +201,17 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_met
                     claim_prio();
                     meta.slot_action = SLOT_CLAIM;
                     meta.outcome = OUTCOME_CLAIMED;
-                    meta.out = OUT_DROP;
+                    meta.output = OUT_DROP;
                     if (!free) {
                         /* an older partial of this key id: stale, to the PS */
                         evict_own(meta.key_id, meta.old_seq);
-                        meta.out = OUT_PARTIAL;
+                        meta.output = OUT_PARTIAL;
                         meta.event = EVENT_STALE;
-                    } else if ((meta.full & ~meta.bit) == 0) {
-                        meta.out = OUT_RESULT;
+                    } else if ((meta.full & ~meta.rank_bit) == 0) {
+                        meta.output = OUT_RESULT;
                         meta.event = EVENT_COMPLETED;
                     }
-                } else if (same_key && !free && (meta.old_missing & meta.bit) == 0) {
+                } else if (same_key && !free && (meta.old_missing & meta.rank_bit) == 0) {
                     /* the slot already holds this worker's contribution */
                     if (first) {
                         send(OUT_DROP, OUTCOME_DUPLICATE);
@@ -219,13 +219,13 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_met
                         next_pass(PASS_FLUSH, CLAIM_FREE);
                     }
                 } else if (same_key && !free) {
-                    missing.write(meta.slot, meta.old_missing & ~meta.bit);
+                    missing.write(meta.slot, meta.old_missing & ~meta.rank_bit);
                     raise_prio();
                     meta.slot_action = SLOT_ADD;
                     meta.outcome = OUTCOME_AGGREGATED;
-                    meta.out = OUT_DROP;
-                    if (meta.old_missing == meta.bit) {
-                        meta.out = OUT_RESULT;
+                    meta.output = OUT_DROP;
+                    if (meta.old_missing == meta.rank_bit) {
+                        meta.output = OUT_RESULT;
                         meta.event = EVENT_COMPLETED;
                     }
                 } else if (!first) {

@@ -149,7 +149,8 @@ class P4Switch:
 
     def slots(self) -> list[dict[str, Any]]:
         """The slots holding a partial or a redirect, as the software switch's `Slots.describe` gives
-        them (without `touched`): the logical state, whatever the registers' layout."""
+        them (without `touched`); a slot holds a partial when some worker is missing, and `key` is
+        None for a free one, whatever the key registers still hold."""
         with self._lock:
             regs = {name: self.registers.registers(f"ina_{name}") for name in
                     ("key_id", "key_seq", "missing", "prio", "value", "redirect_id", "redirect_seq")}  # fmt: skip
@@ -164,9 +165,9 @@ class P4Switch:
             described.append({
                 "slot": slot,
                 "key": _key(key_id, regs["key_seq"][slot]) if missing else None,
-                "prio": regs["prio"][slot] if missing else 0,
-                "bitmap": full & ~missing if missing else 0,
-                "value": regs["value"][slot * words : (slot + 1) * words] if missing else [0] * words,
+                "prio": regs["prio"][slot],
+                "bitmap": full & ~missing,
+                "value": regs["value"][slot * words : (slot + 1) * words],
                 "redirect": _key(redirect, regs["redirect_seq"][slot]) if redirect else None,
             })  # fmt: skip
         return described
