@@ -32,8 +32,10 @@ def _why_not() -> str | None:
 needs_bmv2 = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
 
 
-def run(*command: str) -> None:
-    subprocess.run(command, check=True, capture_output=True)
+def run(*command: str, stdin: str | None = None) -> None:
+    done = subprocess.run(command, input=stdin, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
 
 
 def interface_mac(name: str) -> str:
@@ -140,6 +142,9 @@ class Host:
         run("ip", "link", "set", self.veth.host_side, "netns", self.netns.name)
         self.netns.run("ip", "addr", "add", f"{address}/24", "dev", self.veth.host_side)
         self.netns.run("ip", "link", "set", self.veth.host_side, "up")
+        # veth leaves checksums to the receiver's NIC; BMv2 forwards frames as they are, so the
+        # host must fill them in itself, or its peers drop its TCP and UDP
+        self.netns.run("ethtool", "-K", self.veth.host_side, "tx", "off")
         self.mac = self.read_mac()
 
     def read_mac(self) -> str:
@@ -157,11 +162,12 @@ class Host:
         This kernel has no netem, so nftables does it: an egress rule drops or duplicates at random,
         and marks some packets for a slow HTB class, behind which they arrive late."""
         for prefix, device in ((self.netns.command(), self.veth.host_side), ([], self.veth.switch_side)):
-            rules = (f"table netdev ina_impair {{ chain egress {{ type filter hook egress device \"{device}\" priority 0; "
-                     f"numgen random mod 10000 < {round(loss * 1e4)} drop; "
-                     f"numgen random mod 10000 < {round(duplicate * 1e4)} dup to \"{device}\"; "
-                     f"numgen random mod 10000 < {round(reorder * 1e4)} meta priority set 1:2; }} }}")  # fmt: skip
-            run(*prefix, "nft", rules)
+            rules = "\n".join([
+                f'table netdev ina_impair {{ chain egress {{ type filter hook egress device "{device}" priority 0;',
+                f"numgen random mod 10000 < {round(loss * 1e4)} drop",
+                f'numgen random mod 10000 < {round(duplicate * 1e4)} dup to "{device}"',
+                f"numgen random mod 10000 < {round(reorder * 1e4)} meta priority set 1:2", "}", "}"])  # fmt: skip
+            run(*prefix, "nft", "-f", "-", stdin=rules)
             run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1", "r2q", "100000")
             run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
             run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:2", "htb", "rate", "2mbit")

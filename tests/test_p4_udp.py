@@ -104,6 +104,8 @@ def test_two_jobs_of_different_priorities_are_exact_through_bmv2_under_loss_dupl
     assert result["failures"] == []
     assert result["checked"] == sum(2 * job["reductions"] * job["workers"] for job in jobs)
     switch, ps = result["counters"]["switch"], result["counters"]["ps"]
+    print({"switch": {k: switch[k] for k in ("rx_packets", "completed", "preempted", "collision", "redirected", "flushed")},
+           "ps": {k: ps[k] for k in ("completed", "pieces")}, "checked": result["checked"]})  # fmt: skip (shown by pytest -s)
     assert switch["preempted"] > 0 and switch["collision"] > 0, switch
     assert switch["completed"] > 0 and switch["unregistered"] == 0 and switch["malformed"] == 0, switch
     assert ps["completed"] > 0, ps  # the chunks the switch handed on completed at the PS
