@@ -76,6 +76,7 @@ def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignor
             run("sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1")
             run("ip", "link", "set", name, "up")
         run("ip", "addr", "add", f"{BMV2_HOST}/24", "dev", host_side)
+        run("ethtool", "-K", host_side, "tx", "off")  # full checksums and no GSO: BMv2 forwards frames as they are
         run("ip", "neigh", "replace", BMV2_SWITCH, "lladdr", BMV2_MAC, "dev", host_side, "nud", "permanent")
         mac = open(f"/sys/class/net/{host_side}/address").read().strip()
         with P4SwitchServer(config, (BMV2_SWITCH, INA_PORT), (LOOPBACK, 0), {1: switch_side},

@@ -29,6 +29,8 @@ OUTCOMES = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format",
 EVENTS = ("completed", "preempted", "stale", "flush_hits", "swept")
 """p4src/metadata.p4's EVENT_* indices, in order."""
 FLOOD_GROUP = 1
+QUEUE_DEPTH = 4096
+"""Packets each BMv2 egress queue holds: a window of RESULT copies to every worker and the PS."""
 KEY_MAX = 1 << 16
 
 
@@ -86,6 +88,7 @@ class P4Switch:
         self._groups: dict[int, int] = {}
         self._seen: dict[int, tuple[tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
+        registers.set_queue_depths(QUEUE_DEPTH)
         program = build(config.words, config.pool)
         self.info = runtime.set_pipeline(program.p4info, program.pipeline)
         self._program_switch()

