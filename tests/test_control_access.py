@@ -1,6 +1,7 @@
 """Authentication, operator policy and quotas of the control APIs (docs/protocol.md, section 7):
 tenants cannot touch each other's jobs or exceed their caps and quotas, at the software switch,
-at the PS, and through the job table the P4 switch's controller shares; refused requests change
+at the PS, and through the job table the P4 switch's controller shares (on BMv2:
+tests/test_p4_control.py); refused requests change
 nothing."""
 
 from __future__ import annotations
@@ -205,54 +206,6 @@ def test_the_ps_enforces_the_same_policy(access):
         assert _refusal(lambda: ControlClient(*ps.control_address, token="").jobs()).status == 401
         a.deregister(100)
         assert a.jobs() == []
-
-
-class P4LikeTarget:
-    """The P4 switch's controller as it uses the shared job table (ina/p4/controller.py, P4Switch):
-    `Jobs.add` before its table writes, its table writes before `Jobs.remove`."""
-
-    role = "switch"
-
-    def __init__(self, pool: int) -> None:
-        self.table = Jobs(pool)
-        self.writes: list[tuple[str, int, int]] = []
-
-    def config(self):
-        return {"pool": self.table.pool, "words": 4, "policy": "esa", "listen": "127.0.0.1:47100"}
-
-    def register(self, job_spec):
-        entry = self.table.add(job_spec)
-        self.writes.append(("insert", job_spec.job, job_spec.priority_cap))
-        return {"job": job_spec.job, "slot_base": entry.slot_base}
-
-    def deregister(self, job):
-        entry = self.table.entries.get(job)
-        if entry is None:
-            raise ValueError(f"job {job} is not registered with this switch")
-        self.writes.append(("delete", job, entry.spec.priority_cap))
-        self.table.remove(job)
-
-    def jobs(self):
-        return [entry.to_json() for entry in self.table.entries.values()]
-
-    def counters(self):
-        return {}
-
-
-def test_the_p4_controllers_job_table_gets_the_same_caps_quotas_and_ownership(access):
-    target = P4LikeTarget(pool=32)
-    server = ControlServer(target, *LOOPBACK, access=access)
-    try:
-        a = ControlClient(*server.address, token=TOKENS["a"])
-        b = ControlClient(*server.address, token=TOKENS["b"])
-        a.register(spec(100, window=8))  # the data plane's table entry gets the capped priority
-        assert target.writes == [("insert", 100, 100)]
-        for attempt in (lambda: a.register(spec(101, window=1)), lambda: b.deregister(100), lambda: b.register(spec(100))):
-            assert _refusal(attempt).status == 403
-        assert target.writes == [("insert", 100, 100)]  # nothing written for a refused request
-        assert [(j["job"], j["owner"]) for j in a.jobs()] == [(100, "a")]
-    finally:
-        server.close()
 
 
 def test_in_process_callers_are_the_open_operator_and_a_tenant_is_checked_by_the_table_itself(access):
