@@ -134,6 +134,8 @@ class BatchSocket:
         self.sock = sock
         self.messages = messages
         self.mmsg = _LIBC is not None and mmsg is not False
+        if gso is None and os.environ.get("INA_UDP_GSO") == "0":
+            gso = False  # one datagram per message: what the Mininet testbed's per-packet loss needs
         self.gso = self.mmsg and gso is not False and _enable_gro(sock)
         self._sockaddrs: dict[Address, bytes] = {}
         self._sources: dict[int, Address] = {}
