@@ -6,6 +6,7 @@ Registering the subcommand imports neither torch nor Mininet.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import time
@@ -20,12 +21,13 @@ def register(subcommands: Any) -> None:
     parser = subcommands.add_parser("testbed", help="run DDP jobs on a Mininet network (root)", description=DESCRIPTION)
     parser.add_argument("run_file", metavar="RUN.yaml", help="the run: topology, links, switch, jobs (testbed/README.md)")
     parser.add_argument("--out", help="results folder (default testbed-results/NAME-UTCTIME)")
+    parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
     parser.add_argument("--check", action="store_true", help="validate the run file and the machine, run nothing")
     parser.set_defaults(run=run)
 
 
 class _Stop(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: stop the run as Ctrl-C does, cleaning up."""
+    """SIGINT, SIGTERM or SIGHUP: stop the run, cleaning up."""
 
 
 def _raise_stop(signum: int, frame: object) -> None:
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         plan = spec.load(args.run_file)
+        if args.target:
+            plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target))
     except spec.SpecError as error:
         print(f"ina testbed: {error}", file=sys.stderr)
         return 2
@@ -51,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
     from ina.testbed.orchestrate import execute
 
     out = Path(args.out or f"testbed-results/{plan.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT too: a run started in the background (where SIGINT is ignored) still stops on it.
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         execute(plan, out)
     except KeyboardInterrupt as stop:
-        print(f"ina testbed: stopped ({stop or 'Ctrl-C'}); every process and interface of the run was removed", file=sys.stderr)
+        print(f"ina testbed: stopped ({stop}); every process and interface of the run was removed", file=sys.stderr)
         return 130
     except TestbedUnavailable as error:
         print(f"ina testbed: {error}", file=sys.stderr)

@@ -237,11 +237,36 @@ class Network:
                     dropped[chain] = int(words[words.index("packets") + 1])
         return dropped
 
+    def queue_drops(self) -> dict[str, int]:
+        """Packets the links' queues dropped (tc's counters), per interface, where any were."""
+        dropped: dict[str, int] = {}
+        for pair in self.links:
+            for intf in pair:
+                text = _check(intf.node, "tc", "-s", "qdisc", "show", "dev", intf.name)
+                count = sum(int(w.rstrip(",")) for w, before in zip(text.split()[1:], text.split()) if before == "dropped")
+                if count:
+                    dropped[intf.name] = count
+        return dropped
+
+    def udp_buffer_drops(self) -> dict[str, int]:
+        """Datagrams each host's kernel dropped for a full socket buffer (/proc/net/snmp RcvbufErrors), where any were."""
+        dropped: dict[str, int] = {}
+        for node in self.net.hosts:
+            lines = [line.split() for line in _check(node, "cat", "/proc/net/snmp").splitlines() if line.startswith("Udp:")]
+            count = int(lines[1][lines[0].index("RcvbufErrors")])
+            if count:
+                dropped[node.name] = count
+        return dropped
+
     def interface_names(self) -> list[str]:
         return sorted(intf.name for node in self.net.hosts for intf in node.intfList() if intf.name != "lo")
 
     def shell_pids(self) -> list[int]:
         return [node.pid for node in self.net.hosts if node.shell is not None]
+
+    def namespaces(self) -> list[int]:
+        """The inode numbers of the nodes' network namespaces (as in /proc/PID/ns/net)."""
+        return sorted({os.stat(f"/proc/{pid}/ns/net").st_ino for pid in self.shell_pids()})
 
     def close(self) -> None:
         """Stop every node's shell; with them go the namespaces and every interface. Idempotent."""

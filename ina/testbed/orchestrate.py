@@ -10,11 +10,14 @@ process it started is stopped and the network removed before it returns or raise
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ina.testbed import results
 from ina.testbed.network import Network, TestbedUnavailable, why_not
@@ -50,7 +53,7 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
     processes = Processes()
     try:
         created = {"tag": network.tag, "nodes": [n.name for n in network.net.hosts], "interfaces": network.interface_names(),
-                   "shell_pids": network.shell_pids()}  # fmt: skip
+                   "shell_pids": network.shell_pids(), "namespaces": network.namespaces()}  # fmt: skip
         for policy in rounds:
             folder = out / policy
             services = _start_services(run, network, processes, folder, policy, deadline) if aggregated else []
@@ -59,19 +62,36 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
                 outcomes += _run_phase(run, network, processes, folder, policy, jobs, deadline, say)
             counters[policy] = {s.name: s.stop_and_count() for s in services}
         counters["link_loss_drops"] = network.loss_counters()
+        counters["link_queue_drops"] = network.queue_drops()
+        counters["link_socket_drops"] = network.udp_buffer_drops()
     finally:
-        created["process_pids"] = processes.pids()
-        processes.close()
-        network.close()
-        (out / "created.json").write_text(json.dumps(created, indent=2))
+        with _signals_held():  # a second Ctrl-C must not cut the cleanup short
+            created["process_pids"] = processes.pids()
+            processes.close()
+            network.close()
+            (out / "created.json").write_text(json.dumps(created, indent=2))
     summary = results.write(out, run, rounds, outcomes, counters)
     for line in results.table(summary):
         say(line)
     return summary
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT, SIGTERM and SIGHUP meanwhile (in the main thread; elsewhere nothing to hold)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in held.items():
+            signal.signal(s, handler)
+
+
 def _start_services(run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> list[Service]:
-    switch_spec, env = run.switch, base_environment()
+    switch_spec, env = run.switch, base_environment(run.link.loss > 0)
     ps = processes.start("ps", network.ps.node, ina_command(
         "ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}",
         "--words", str(switch_spec.words)), folder / "ps.log", env, service=True)  # fmt: skip
@@ -101,7 +121,7 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
         ranks = []
         for rank, host in enumerate(job.hosts):
             endpoint = network.workers[host]
-            env = base_environment()
+            env = base_environment(run.link.loss > 0)
             env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK="0",
                        MASTER_ADDR=network.workers[job.hosts[0]].ip, MASTER_PORT=str(MASTER_PORT + run.jobs.index(job)),
                        GLOO_SOCKET_IFNAME=endpoint.interface, INA_BIND=endpoint.ip)  # fmt: skip

@@ -144,8 +144,11 @@ def ina_command(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "ina.cli", *arguments]
 
 
-def base_environment() -> dict[str, str]:
-    """What every process of the run gets: this environment, unbuffered output, one datagram per UDP message."""
+def base_environment(lossy: bool) -> dict[str, str]:
+    """What every process of the run gets: this environment, unbuffered output and, on lossy
+    links, one datagram per UDP message (the loss rules see a GSO run of datagrams as one packet)."""
     env = dict(os.environ)
-    env.update(PYTHONUNBUFFERED="1", INA_UDP_GSO="0", OMP_NUM_THREADS="1")
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    if lossy:
+        env["INA_UDP_GSO"] = "0"
     return env

@@ -27,6 +27,10 @@ STEP_COLUMNS = ("policy", "job", "method", "step", "wall", "step_time", "loss", 
 JOB_COLUMNS = ("policy", "job", "method", "workers", "phase", "steps", "parameters", "step_time_median", "tx_bytes_per_worker_step",
                "hook_bytes_per_worker_step", "final_loss", "accuracy", "jct", "train_time", "params_sha256")  # fmt: skip
 
+SWITCH_COUNTERS = ("aggregated", "completed", "preempted", "collision", "redirected", "flushed", "resend_forwarded")
+PS_COUNTERS = ("pieces", "completed", "duplicate", "results_replayed", "status_sent", "flush_sent")
+"""The counters the summary prints (results.json has all of them)."""
+
 
 def read_steps(job_dir: Path, workers: int) -> list[list[dict[str, Any]]]:
     """Each rank's step records (what it wrote so far)."""
@@ -96,13 +100,13 @@ def table(result: dict[str, Any]) -> list[str]:
         lines.append(f"{row['policy']:7} {row['job']:14} {row['method']:16} {row['step_time_median']:7.3f} "
                      f"{row['tx_bytes_per_worker_step']:17,.0f} {row['final_loss']:7.3f} {accuracy:>6} {row['jct']:7.1f}")  # fmt: skip
     for policy, services in result["counters"].items():
-        if policy == "link_loss_drops":
-            lines.append(f"link loss dropped {sum(services.values())} packets")
+        if policy.startswith("link_"):
+            what = {"link_loss_drops": "the loss rules", "link_queue_drops": "full link queues"}.get(policy, "full UDP socket buffers")
+            lines.append(f"{what} dropped {sum(services.values())} packets")
             continue
-        switch, ps = services.get("switch", {}), services.get("ps", {})
-        keys = ("completed", "preempted", "collision", "aggregated", "redirected", "flushed")
-        lines.append(f"[{policy}] switch: " + ", ".join(f"{k} {switch.get(k, 0)}" for k in keys))
-        lines.append(f"[{policy}] ps: " + ", ".join(f"{k} {v}" for k, v in ps.items() if k in ("completed", "pieces", "duplicates", "resends", "status_sent")))
+        for name, keys in (("switch", SWITCH_COUNTERS), ("ps", PS_COUNTERS)):
+            if services.get(name):
+                lines.append(f"[{policy}] {name}: " + ", ".join(f"{k} {services[name].get(k, 0)}" for k in keys))
     if result.get("plots"):
         lines.append("plots: " + ", ".join(result["plots"]))
     return lines

@@ -66,6 +66,7 @@ class Job:
     priority: Optional[int] = None  # switch transport: a fixed priority; None: ESA's intensity policy
     priority_cap: int = 255
     window: Optional[int] = None  # switch/ps transport: chunks in flight per worker
+    min_rto: float = 0.02  # switch/ps transport: the least resend timeout (s); above the queueing a window causes
     phase: int = 0  # jobs of one phase run at once; phases run in increasing order
     eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
     seed: int = 0
@@ -193,16 +194,17 @@ def _job(fields: _Fields, index: int) -> Job:
         priority=fields.take("priority", int, None, check=_between(0, 255)),
         priority_cap=fields.take("priority_cap", int, Job.priority_cap, check=_between(0, 255)),
         window=fields.take("window", int, None, check=_between(1, 65536)),
+        min_rto=fields.take("min_rto", float, Job.min_rto, check=_between(0.001, 10)),
         phase=fields.take("phase", int, Job.phase, check=_between(0, 1000)),
         eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
-        seed=fields.take("seed", int, Job.seed),
+        seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
     )  # fmt: skip
     fields.done()
     job = Job(**values)
     if job.batch % job.workers:
         raise SpecError(f"{fields.where}.batch: {job.batch} is not divisible by its {job.workers} workers")
     if job.hook != "thc":
-        for option in ("transport", "priority", "window"):
+        for option in ("transport", "priority", "window", "min_rto"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
     if job.hook == "powersgd" and job.warm_up < 2:

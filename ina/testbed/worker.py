@@ -65,7 +65,7 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
 
     options: dict[str, Any] = {}
     if job.transport != "collective":
-        options = {"window": job.window, "priority_cap": job.priority_cap}
+        options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
         if job.priority is not None:
             options["policy"] = FixedPriority(job.priority)
     transport = create_transport(job.transport, None, **options)
@@ -80,7 +80,12 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
     data = Digits.load(job.seed)
     model = mlp(data.x_train.shape[1], job.hidden, job.seed)
     parameters = sum(p.numel() for p in model.parameters())
-    ddp = DistributedDataParallel(model)
+    options = {}
+    if job.hook == "powersgd":
+        # One bucket: torch's PowerSGD hook blocks a gloo thread in each bucket's callback, and
+        # gloo has two, so a model of more buckets deadlocks (seen with torch 2.13).
+        options["bucket_cap_mb"] = 1 + sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    ddp = DistributedDataParallel(model, **options)
     state = attach_hook(job, ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=job.lr, momentum=0.9)
     batches = batches_of(len(data.x_train), job.batch, torch.Generator().manual_seed(job.seed))
