@@ -2,7 +2,7 @@
 testbed/ci.yaml (4 workers on 100 Mbit/s links with 1% loss, THC through the software switch
 beside THC over the collective) ends with bit-identical parameters, writes its results, and
 leaves no namespace, interface or process behind; so do a run stopped by Ctrl-C and one that
-overruns its timeout. Without root the CLI refuses, saying why."""
+overruns its timeout. Without p4c a BMv2 run is refused, saying why."""
 
 from __future__ import annotations
 
@@ -148,11 +148,12 @@ def test_a_run_past_its_timeout_fails_clearly_and_removes_everything(tmp_path):
 
 
 @needs_testbed
-def test_without_root_it_refuses_saying_why(tmp_path):
-    run_file = _short_run(tmp_path)
-    run_file.chmod(0o644)
-    tmp_path.chmod(0o755)
-    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "ina.cli",
-                           "testbed", str(run_file)], cwd="/", capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "needs root" in done.stderr
+def test_check_accepts_the_ci_run_and_refuses_bmv2_without_p4c():
+    done = subprocess.run([sys.executable, "-m", "ina.cli", "testbed", "testbed/ci.yaml", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "is valid and this machine can run it" in done.stdout, done.stderr
+    env = {**os.environ, "INA_P4C": "/nonexistent/p4c"}
+    done = subprocess.run([sys.executable, "-m", "ina.cli", "testbed", "testbed/bmv2.yaml", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 2
+    assert "needs p4c" in done.stderr or "needs the 'p4' extra" in done.stderr, done.stderr

@@ -1,5 +1,5 @@
 """The testbed's run files: the examples in testbed/ are valid, and a bad run file is refused
-with a message naming the field. No root, no Mininet."""
+with a message naming the field; without root the CLI refuses. No root, no Mininet needed."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_defaults_and_phases():
         ({"jobs": [{"workers": 2, "hosts": [1, 1]}]}, "jobs[0].hosts: [1, 1]: give 2 distinct"),
         ({"jobs": [{"workers": 2}], "topology": {"workers": 1}}, "topology.workers: 1 worker hosts"),
         ({"jobs": [{"hook": "powersgd", "warm_up": 1}]}, "powersgd needs at least 2 steps"),
-        ({"jobs": [{"workers": 16, "bits": 4, "granularity": 30}]}, "jobs[0]:"),
+        ({"jobs": [{"bits": 4, "granularity": 10}]}, "jobs[0]: granularity must be in 15..255"),
         ({"jobs": [{"model": {"hidden": []}}]}, "jobs[0].model.hidden"),
     ],
 )
@@ -83,3 +83,13 @@ def test_registering_the_subcommand_imports_neither_torch_nor_mininet():
     code = "import sys, ina.cli; ina.cli.build_parser(); print(sorted(m for m in ('torch', 'mininet', 'yaml') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_without_root_the_cli_refuses_saying_why(tmp_path, capsys, monkeypatch):
+    from ina.cli import main
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("jobs: [{workers: 2}]\n")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert main(["testbed", str(run_file)]) == 2
+    assert "the testbed needs root" in capsys.readouterr().err

@@ -51,7 +51,7 @@ class Switch:
 class Job:
     name: str
     workers: int = 4
-    hosts: tuple[int, ...] = ()  # worker host of each rank; default 0..workers-1
+    hosts: tuple[int, ...] = ()  # worker host of each rank; default 0..workers-1 (and workers defaults to len(hosts))
     hidden: tuple[int, ...] = (256,)  # the MLP's hidden layer widths
     data: str = "digits"
     steps: int = 60
@@ -170,8 +170,9 @@ def _switch(fields: _Fields) -> Switch:
 
 def _job(fields: _Fields, index: int) -> Job:
     name = fields.take("name", str, f"job{index}", check=_identifier)
-    workers = fields.take("workers", int, Job.workers, check=_between(1, 64))
-    hosts = tuple(fields.take("hosts", list, list(range(workers))))
+    given_hosts = fields.take("hosts", list, None)
+    workers = fields.take("workers", int, len(given_hosts) if given_hosts else Job.workers, check=_between(1, 64))
+    hosts = tuple(given_hosts if given_hosts is not None else range(workers))
     if len(hosts) != workers or any(not isinstance(h, int) or h < 0 for h in hosts) or len(set(hosts)) != len(hosts):
         raise SpecError(f"{fields.where}.hosts: {list(hosts)}: give {workers} distinct worker host numbers (0, 1, ...), one per rank")
     model = _Fields(fields.take("model", dict, {}), f"{fields.where}.model")
