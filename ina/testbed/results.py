@@ -94,11 +94,11 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
 
 def table(result: dict[str, Any]) -> list[str]:
     """The summary the CLI prints."""
-    lines = [f"{'policy':7} {'job':14} {'method':16} {'s/step':>7} {'tx B/worker/step':>17} {'loss':>7} {'acc':>6} {'JCT s':>7}"]
+    lines = [f"{'policy':7} {'job':14} {'method':16} {'s/step':>7} {'tx B/worker/step':>17} {'loss':>7} {'acc':>6} {'JCT s':>7} {'train s':>8}"]
     for row in result["jobs"]:
         accuracy = f"{row['accuracy']:.1%}" if row["accuracy"] is not None else "-"
         lines.append(f"{row['policy']:7} {row['job']:14} {row['method']:16} {row['step_time_median']:7.3f} "
-                     f"{row['tx_bytes_per_worker_step']:17,.0f} {row['final_loss']:7.3f} {accuracy:>6} {row['jct']:7.1f}")  # fmt: skip
+                     f"{row['tx_bytes_per_worker_step']:17,.0f} {row['final_loss']:7.3f} {accuracy:>6} {row['jct']:7.1f} {row['train_time']:8.1f}")  # fmt: skip
     for policy, services in result["counters"].items():
         if policy.startswith("link_"):
             what = {"link_loss_drops": "the loss rules", "link_queue_drops": "full link queues"}.get(policy, "full UDP socket buffers")
@@ -107,6 +107,10 @@ def table(result: dict[str, Any]) -> list[str]:
         for name, keys in (("switch", SWITCH_COUNTERS), ("ps", PS_COUNTERS)):
             if services.get(name):
                 lines.append(f"[{policy}] {name}: " + ", ".join(f"{k} {services[name].get(k, 0)}" for k in keys))
+    for policy in result["rounds"]:
+        rows = [r for r in result["jobs"] if r["policy"] == policy]
+        lines.append(f"[{policy}] mean JCT {statistics.mean(r['jct'] for r in rows):.1f} s, mean training time "
+                     f"{statistics.mean(r['train_time'] for r in rows):.1f} s over {len(rows)} jobs")  # fmt: skip
     if result.get("plots"):
         lines.append("plots: " + ", ".join(result["plots"]))
     return lines
