@@ -106,7 +106,10 @@ def job_from_json(text: str) -> Job:
 
 def load(path: str | Path) -> Run:
     """Read and validate a run file; SpecError says what is wrong and where."""
-    import yaml  # PyYAML: a dependency of the testbed only
+    try:
+        import yaml  # PyYAML: the 'testbed' extra
+    except ImportError:
+        raise SpecError("reading run files needs PyYAML: pip install -e '.[testbed]' (or pip install pyyaml)") from None
 
     path = Path(path)
     try:
