@@ -50,10 +50,11 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
     say(f"ina testbed: run {run.name!r}: {run.worker_hosts} worker hosts, links {run.link.bw:g} Mbit/s, "
         f"{run.link.delay:g} ms, {run.link.loss:g}% loss; {run.switch.target} switch; results in {out}")  # fmt: skip
     network = Network(run)
-    processes = Processes()
+    processes = Processes(on_start=lambda: _record(out, created, processes))
     try:
         created = {"tag": network.tag, "nodes": [n.name for n in network.net.hosts], "interfaces": network.interface_names(),
                    "shell_pids": network.shell_pids(), "namespaces": network.namespaces()}  # fmt: skip
+        _record(out, created, processes)  # now and at each start, in case this process is killed outright
         for policy in rounds:
             folder = out / policy
             services = _start_services(run, network, processes, folder, policy, deadline) if aggregated else []
@@ -66,14 +67,20 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
         counters["link_socket_drops"] = network.udp_buffer_drops()
     finally:
         with _signals_held():  # a second Ctrl-C must not cut the cleanup short
-            created["process_pids"] = processes.pids()
             processes.close()
             network.close()
-            (out / "created.json").write_text(json.dumps(created, indent=2))
+            _record(out, created, processes)
     summary = results.write(out, run, rounds, outcomes, counters)
     for line in results.table(summary):
         say(line)
     return summary
+
+
+def _record(out: Path, created: dict[str, Any], processes: Processes) -> None:
+    """Write created.json: what the run made (nodes, interfaces, namespaces, PIDs)."""
+    if created:
+        created["process_pids"] = processes.pids()
+        (out / "created.json").write_text(json.dumps(created, indent=2))
 
 
 @contextlib.contextmanager

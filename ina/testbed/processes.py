@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 BANNER = ": data udp://"
 STOPPED = ": stopped; counters "
@@ -106,13 +106,16 @@ class Service(Process):
 class Processes:
     """Every process the run started, so that all of them are stopped however the run ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Optional[Callable[[], None]] = None) -> None:
         self.all: list[Process] = []
+        self._on_start = on_start
 
     def start(self, name: str, node: Any, command: Sequence[str], log: Path, env: dict[str, str], service: bool = False) -> Any:
         kind = Service if service else Process
         process = kind(name, node, command, log, env)
         self.all.append(process)
+        if self._on_start:
+            self._on_start()
         return process
 
     def pids(self) -> list[int]:
