@@ -93,3 +93,14 @@ def test_without_root_the_cli_refuses_saying_why(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert main(["testbed", str(run_file)]) == 2
     assert "the testbed needs root" in capsys.readouterr().err
+
+
+def test_without_mininet_it_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from ina.testbed import network
+
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setitem(sys.modules, "mininet", None)  # `import mininet` fails
+    monkeypatch.setattr(network, "DEBIAN_DIST_PACKAGES", "/nonexistent")
+    assert "Mininet is not installed: `apt-get install mininet`" in network.why_not()
