@@ -6,7 +6,7 @@ as well as fp32 ones.
 """
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -71,10 +71,7 @@ class Outcome:
 def train_worker(rank: int, workers: int, run: Run) -> Outcome:
     """Train ``run.steps`` steps on this worker's share of each batch; every worker returns the same."""
     x_train, y_train, x_test, y_test = run.data.x_train, run.data.y_train, run.data.x_test, run.data.y_test
-    torch.manual_seed(run.seed)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(x_train.shape[1], HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 10)
-    )
+    model = mlp(x_train.shape[1], (HIDDEN,), run.seed)
     ddp = DistributedDataParallel(model)
     state = None
     if run.thc is not None:
@@ -82,13 +79,13 @@ def train_worker(rank: int, workers: int, run: Run) -> Outcome:
         transport = create_transport(thc.transport, None, **thc.transport_options)
         state = THCState(bits=thc.bits, granularity=thc.granularity, start_iter=thc.start_iter, transport=transport)
         ddp.register_comm_hook(state, thc_hook)
-    meter = _ByteMeter(model, state)
+    meter = ByteMeter(model, state)
     # tqdm's default lock is a multiprocessing semaphore that outlives the worker; one thread suffices.
     tqdm.set_lock(threading.RLock())
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     order = torch.Generator().manual_seed(run.seed)
     share = BATCH // workers
-    batches = _batches(len(x_train), BATCH, order)
+    batches = batches_of(len(x_train), BATCH, order)
     with tqdm(range(run.steps), desc=run.label, unit="step", disable=rank != 0) as progress:
         for step in progress:
             batch = next(batches)[rank * share : (rank + 1) * share]
@@ -107,7 +104,18 @@ def train_worker(rank: int, workers: int, run: Run) -> Outcome:
     return Outcome(accuracy=accuracy, bytes_per_step=meter.per_step)
 
 
-def _batches(size: int, batch: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+def mlp(inputs: int, hidden: Sequence[int], seed: int, classes: int = 10) -> torch.nn.Module:
+    """The demo's model: ReLU layers of the ``hidden`` widths, initialized from ``seed``.
+    ``(256,)`` is ``ina demo``'s; wide layers (``(2048, 2048)``) make a communication-bound one."""
+    torch.manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for width in hidden:
+        layers += [torch.nn.Linear(inputs, width), torch.nn.ReLU()]
+        inputs = width
+    return torch.nn.Sequential(*layers, torch.nn.Linear(inputs, classes))
+
+
+def batches_of(size: int, batch: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """Endless global batches: a fresh permutation of the training set each epoch."""
     while True:
         permutation = torch.randperm(size, generator=generator)
@@ -115,7 +123,7 @@ def _batches(size: int, batch: int, generator: torch.Generator) -> Iterator[torc
             yield permutation[start : start + batch]
 
 
-class _ByteMeter:
+class ByteMeter:
     """Bytes one worker sends per step once THC is on (the mean: resends vary), else every fp32 gradient."""
 
     def __init__(self, model: torch.nn.Module, state: Optional[THCState]) -> None:

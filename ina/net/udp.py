@@ -38,6 +38,7 @@ MAX_DATAGRAM = 65536  # a receive buffer larger than any UDP payload (or GRO run
 MAX_PAYLOAD = 65507  # the most one UDP message (a whole GSO run) may carry
 MAX_SEGMENTS = 64  # UDP_MAX_SEGMENTS of older kernels
 _SOL_UDP, _UDP_SEGMENT, _UDP_GRO = 17, 103, 104
+_SO_SNDBUFFORCE, _SO_RCVBUFFORCE = 32, 33  # Linux
 _SOCKADDR_IN = 16
 _CMSG_SPACE = 24  # room for one cmsghdr (16 bytes) carrying an int
 _MSG_DONTWAIT = 0x40
@@ -83,11 +84,17 @@ def parse_address(text: str, what: str = "address") -> Address:
 
 
 def open_socket(address: Address, buffer_bytes: int = 8 << 20) -> socket.socket:
-    """An IPv4 UDP socket bound to `address`, with large kernel buffers (bursts of a batch must fit)."""
+    """An IPv4 UDP socket bound to `address`, with large kernel buffers (bursts of a batch must fit).
+
+    The kernel caps SO_RCVBUF and SO_SNDBUF at net.core.rmem_max and wmem_max; a process that
+    may (root, CAP_NET_ADMIN) gets the full size with the FORCE variants, without changing them."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            sock.setsockopt(socket.SOL_SOCKET, option, buffer_bytes)
+        for force, option in ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, option, buffer_bytes)
         sock.bind(address)
     except OSError:
         sock.close()
@@ -134,6 +141,8 @@ class BatchSocket:
         self.sock = sock
         self.messages = messages
         self.mmsg = _LIBC is not None and mmsg is not False
+        if gso is None and os.environ.get("INA_UDP_GSO") == "0":
+            gso = False  # one datagram per message: what the Mininet testbed's per-packet loss needs
         self.gso = self.mmsg and gso is not False and _enable_gro(sock)
         self._sockaddrs: dict[Address, bytes] = {}
         self._sources: dict[int, Address] = {}

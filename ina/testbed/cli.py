@@ -1,0 +1,75 @@
+"""`ina testbed RUN.yaml`: run DDP jobs on a Mininet network through BMv2 or the software switch.
+
+Registering the subcommand imports neither torch nor Mininet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = ("Run the jobs of a run file (testbed/*.yaml) on an emulated network (Mininet, no Open vSwitch): worker hosts, "
+               "a PS host and a switch node (software or BMv2) on shaped links. Needs root. Writes CSV, JSON and PNG results.")  # fmt: skip
+
+
+def register(subcommands: Any) -> None:
+    parser = subcommands.add_parser("testbed", help="run DDP jobs on a Mininet network (root)", description=DESCRIPTION)
+    parser.add_argument("run_file", metavar="RUN.yaml", help="the run: topology, links, switch, jobs (testbed/README.md)")
+    parser.add_argument("--out", help="results folder (default testbed-results/NAME-UTCTIME)")
+    parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
+    parser.add_argument("--check", action="store_true", help="validate the run file and the machine, run nothing")
+    parser.set_defaults(run=run)
+
+
+class _Stop(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP: stop the run, cleaning up."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ina.testbed import spec
+    from ina.testbed.network import TestbedUnavailable, why_not
+
+    try:
+        plan = spec.load(args.run_file)
+        if args.target:
+            plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target))
+    except spec.SpecError as error:
+        print(f"ina testbed: {error}", file=sys.stderr)
+        return 2
+    reason = why_not(plan)
+    if reason:
+        print(f"ina testbed: cannot run {args.run_file}: {reason}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"ina testbed: {args.run_file} is valid and this machine can run it")
+        return 0
+    from ina.testbed.orchestrate import execute
+
+    out = Path(args.out or f"testbed-results/{plan.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    # SIGINT too: a run started in the background (where SIGINT is ignored) still stops on it.
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        execute(plan, out)
+    except KeyboardInterrupt as stop:
+        print(f"ina testbed: stopped ({stop}); every process and interface of the run was removed", file=sys.stderr)
+        return 130
+    except TestbedUnavailable as error:
+        print(f"ina testbed: {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:  # a process that failed, the run's timeout, the network
+        print(f"ina testbed: run failed: {error}\n(everything the run created was removed; logs in {out})", file=sys.stderr)
+        return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    print(f"ina testbed: results in {out}")
+    return 0

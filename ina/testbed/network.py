@@ -1,0 +1,312 @@
+"""The emulated network: Mininet hosts and links, no Open vSwitch, no controller.
+
+Every node is a plain Mininet ``Host`` (a shell in a network namespace of its own): the worker
+hosts, the PS host and the switch node. Each worker host and the PS host has one link to the
+switch node, shaped by Mininet's ``TCLink`` (bandwidth: HTB) and, for loss, by an nftables
+``netdev`` egress rule on both ends of the link (this works on kernels without ``sch_netem``,
+which TCLink's loss and delay need; delay still needs it). What forwards in the switch node is
+chosen by the run file:
+
+- ``software``: a Linux bridge joins the switch node's ports (the workers' own TCP, ARP) and
+  carries the switch's address, where ``ina switch`` listens;
+- ``bmv2``: BMv2 owns the ports (``ina switch --target bmv2 --interface ...``); its control API
+  listens on a separate, unshaped management network (a second link from each worker host).
+
+All veth pairs are created between two namespaces, never in the root namespace, and the node
+names carry a tag unique to the run, so nothing of another run or of the machine is touched.
+Closing stops the nodes' shells: their namespaces, and with them every interface, disappear.
+Mininet's global cleanup (``mn -c``) is never used, and Mininet's start-up tuning of machine-wide
+limits and sysctls is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ina.testbed.spec import Run
+
+DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+DATA_NET, MANAGEMENT_NET = "10.0.0", "10.1.0"
+PS_OCTET, SWITCH_OCTET = 250, 254
+SWITCH_MAC = "02:00:00:00:00:fe"
+
+
+class TestbedUnavailable(RuntimeError):
+    """The testbed cannot run here (not root, Mininet or BMv2 missing); the message says what to do."""
+
+
+def import_mininet() -> Any:
+    """The ``mininet`` package: importable as is, or Debian's copy loaded alone.
+
+    Debian's ``mininet`` package installs the module for the system Python, in
+    /usr/lib/python3/dist-packages; a virtual environment or another Python does not see it.
+    Loading just that package from there (not adding the whole folder to ``sys.path``) keeps
+    Debian's other Python packages from shadowing the ones this Python installed.
+    """
+    try:
+        import mininet
+    except ImportError:
+        spec = importlib.machinery.PathFinder.find_spec("mininet", [DEBIAN_DIST_PACKAGES])
+        if spec is None or spec.loader is None:
+            raise TestbedUnavailable(f"Mininet is not installed: `apt-get install mininet` (Debian/Ubuntu) puts it in "
+                                     f"{DEBIAN_DIST_PACKAGES}, or `pip install mininet` with its mnexec") from None  # fmt: skip
+        mininet = importlib.util.module_from_spec(spec)
+        sys.modules["mininet"] = mininet
+        spec.loader.exec_module(mininet)
+    return mininet
+
+
+def why_not(run: Optional[Run] = None) -> Optional[str]:
+    """Why this machine cannot run ``run`` (or any run): None when it can."""
+    if os.geteuid() != 0:
+        return "the testbed needs root (it creates network namespaces and links): run it with sudo"
+    try:
+        import_mininet()
+    except TestbedUnavailable as error:
+        return str(error)
+    for tool in ("mnexec", "ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not on PATH: install Mininet's Debian package (mininet) and iproute2"
+    if run is None:
+        return None
+    if run.link.loss > 0 and shutil.which("nft") is None:
+        return "link loss is emulated with nftables: install nftables (`apt-get install nftables`)"
+    if run.link.delay > 0 and not netem_available():
+        return ("link delay needs the kernel's sch_netem qdisc, which this kernel lacks (`modprobe sch_netem` fails); "
+                "set topology.link.delay to 0")  # fmt: skip
+    if run.switch.target == "bmv2":
+        from ina.p4 import toolchain
+
+        if importlib.util.find_spec("p4") is None or importlib.util.find_spec("bm_runtime") is None:
+            return "switch.target bmv2 needs the 'p4' extra: pip install -e '.[p4]'"
+        return toolchain.missing("p4c", "simple_switch_grpc")
+    return None
+
+
+def netem_available() -> bool:
+    """Whether the kernel has sch_netem: tried on a veth pair in a namespace made for the test."""
+    name = f"inanetem{uuid.uuid4().hex[:6]}"
+    try:
+        subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+        command = ["ip", "netns", "exec", name, "sh", "-c", "ip link add a type veth peer name b && tc qdisc add dev a root netem delay 1ms"]
+        return subprocess.run(command, capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One host as the processes see it: its Mininet node, data address and interface."""
+
+    node: Any
+    ip: str
+    interface: str
+    mac: str
+    management_ip: Optional[str] = None
+
+
+class Network:
+    """The run's Mininet network; ``close()`` (or leaving the ``with``) removes all of it."""
+
+    def __init__(self, run: Run, tag: Optional[str] = None) -> None:
+        import_mininet()
+        from mininet.link import Link, TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        setLogLevel("critical")  # TCLink's HTB prints a harmless quantum warning per link; shaping is checked below
+        Mininet.inited = True  # skip Mininet.init(): it raises machine-wide rlimits and sysctls
+        self.tag = tag or "i" + uuid.uuid4().hex[:3]
+        self.run = run
+        self.bmv2 = run.switch.target == "bmv2"
+        self.net = Mininet(topo=None, controller=None, host=Host, link=TCLink, build=False)
+        self.links: list[tuple[Any, Any]] = []  # (intf, intf) of every shaped link
+        self._closed = False
+        try:
+            self._build(Link)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, plain_link: Any) -> None:
+        run, tag = self.run, self.tag
+        switch = self.net.addHost(f"{tag}sw", ip=None)
+        shape: dict[str, Any] = {}
+        if run.link.bw > 0:
+            shape["bw"] = run.link.bw
+        if run.link.delay > 0:
+            shape["delay"] = f"{run.link.delay:g}ms"
+
+        def host(name: str, octet: int) -> tuple[Any, Any]:
+            node = self.net.addHost(f"{tag}{name}", ip=f"{DATA_NET}.{octet}/24", mac=f"02:00:00:00:00:{octet:02x}")
+            link = self.net.addLink(node, switch, **shape)
+            self.links.append((link.intf1, link.intf2))
+            return node, link.intf1
+
+        workers = [host(f"w{i}", i + 1) for i in range(run.worker_hosts)]
+        ps_node, ps_intf = host("ps", PS_OCTET)
+        self.switch_ports = [b for _, b in self.links]  # BMv2 port i + 1: worker i, then the PS
+        management = []
+        if self.bmv2:
+            for i, (node, _) in enumerate(workers):
+                link = self.net.addLink(node, switch, cls=plain_link)
+                management.append((link.intf1, link.intf2))
+        self.net.build()
+        for node in self.net.hosts:
+            _check(node, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+        # One wire packet per skb where the shaping and the loss rules see it: TCP then sends
+        # MSS-sized skbs (UDP GSO is off in our processes: INA_UDP_GSO=0).
+        for node in self.net.hosts:
+            _ip_batch(node, [f"link set dev {i.name} gso_max_segs 1" for i in node.intfList() if i.name != "lo"])
+        self.switch = switch
+        self.workers = [Endpoint(node, f"{DATA_NET}.{i + 1}", intf.name, intf.MAC(),
+                                 f"{MANAGEMENT_NET}.{i + 1}" if self.bmv2 else None)
+                        for i, (node, intf) in enumerate(workers)]  # fmt: skip
+        self.ps = Endpoint(ps_node, f"{DATA_NET}.{PS_OCTET}", ps_intf.name, ps_intf.MAC())
+        self.switch_ip = f"{DATA_NET}.{SWITCH_OCTET}"
+        self.control_ip = f"{MANAGEMENT_NET}.{SWITCH_OCTET}" if self.bmv2 else self.switch_ip
+        if self.bmv2:
+            self.switch_mac = SWITCH_MAC
+            for port in self.switch_ports:
+                _check(switch, "ip", "addr", "flush", "dev", port.name)
+            _bridge(switch, "mg0", [b for _, b in management], f"{self.control_ip}/24")
+            for endpoint, (intf, _) in zip(self.workers, management):
+                _check(endpoint.node, "ip", "addr", "add", f"{endpoint.management_ip}/24", "dev", intf.name)
+        else:
+            self.switch_mac = _bridge(switch, "br0", self.switch_ports, f"{self.switch_ip}/24")
+        self._static_arp()
+        if run.link.loss > 0:
+            self._loss(run.link.loss)
+        self._check_shaping()
+
+    def _static_arp(self) -> None:
+        """Every host knows every other's MAC and the switch's: no ARP on lossy links."""
+        everyone = [*self.workers, self.ps]
+        for endpoint in everyone:
+            lines = [f"neigh replace {other.ip} lladdr {other.mac} dev {endpoint.interface} nud permanent"
+                     for other in everyone if other is not endpoint]  # fmt: skip
+            lines.append(f"neigh replace {self.switch_ip} lladdr {self.switch_mac} dev {endpoint.interface} nud permanent")
+            _ip_batch(endpoint.node, lines)
+
+    def _loss(self, percent: float) -> None:
+        """Drop `percent` of the packets leaving each end of each link (nftables, netdev egress)."""
+        threshold = round(percent * 10_000)  # of 1,000,000
+        by_node: dict[Any, list[str]] = {}
+        for pair in self.links:
+            for intf in pair:
+                by_node.setdefault(intf.node, []).append(intf.name)
+        for node, names in by_node.items():
+            chains = "".join(
+                f'chain loss_{n.replace("-", "_")} {{ type filter hook egress device "{n}" priority 0; policy accept; '
+                f"numgen random mod 1000000 < {threshold} counter drop; }}\n"
+                for n in names
+            )
+            _check(node, "nft", "-f", "-", input=f"table netdev ina_testbed {{\n{chains}}}\n")
+
+    def _check_shaping(self) -> None:
+        if self.run.link.bw <= 0:
+            return
+        for pair in self.links:
+            for intf in pair:
+                qdiscs = _check(intf.node, "tc", "qdisc", "show", "dev", intf.name)
+                if "htb" not in qdiscs and "tbf" not in qdiscs and "hfsc" not in qdiscs:
+                    raise RuntimeError(f"link shaping failed on {intf.name}: tc shows {qdiscs.strip()!r}")
+
+    def loss_counters(self) -> dict[str, int]:
+        """Packets dropped by the loss rules, per interface (both ends of each link)."""
+        dropped: dict[str, int] = {}
+        if self.run.link.loss <= 0:
+            return dropped
+        for node in {intf.node for pair in self.links for intf in pair}:
+            listing = _check(node, "nft", "list", "table", "netdev", "ina_testbed")
+            chain = None
+            for line in listing.splitlines():
+                words = line.split()
+                if words[:1] == ["chain"]:
+                    chain = words[1].removeprefix("loss_").replace("_", "-")
+                elif "packets" in words and chain:
+                    dropped[chain] = int(words[words.index("packets") + 1])
+        return dropped
+
+    def queue_drops(self) -> dict[str, int]:
+        """Packets the links' queues dropped (tc's counters), per interface, where any were."""
+        dropped: dict[str, int] = {}
+        for pair in self.links:
+            for intf in pair:
+                text = _check(intf.node, "tc", "-s", "qdisc", "show", "dev", intf.name)
+                count = sum(int(w.rstrip(",")) for w, before in zip(text.split()[1:], text.split()) if before == "dropped")
+                if count:
+                    dropped[intf.name] = count
+        return dropped
+
+    def udp_buffer_drops(self) -> dict[str, int]:
+        """Datagrams each host's kernel dropped for a full socket buffer (/proc/net/snmp RcvbufErrors), where any were."""
+        dropped: dict[str, int] = {}
+        for node in self.net.hosts:
+            lines = [line.split() for line in _check(node, "cat", "/proc/net/snmp").splitlines() if line.startswith("Udp:")]
+            count = int(lines[1][lines[0].index("RcvbufErrors")])
+            if count:
+                dropped[node.name] = count
+        return dropped
+
+    def interface_names(self) -> list[str]:
+        return sorted(intf.name for node in self.net.hosts for intf in node.intfList() if intf.name != "lo")
+
+    def shell_pids(self) -> list[int]:
+        return [node.pid for node in self.net.hosts if node.shell is not None]
+
+    def namespaces(self) -> list[int]:
+        """The inode numbers of the nodes' network namespaces (as in /proc/PID/ns/net)."""
+        return sorted({os.stat(f"/proc/{pid}/ns/net").st_ino for pid in self.shell_pids()})
+
+    def close(self) -> None:
+        """Stop every node's shell; with them go the namespaces and every interface. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for node in self.net.hosts:
+            try:
+                node.terminate()
+            except Exception:  # a shell that is gone already
+                pass
+        for pid in [n.shell.pid for n in self.net.hosts if n.shell is not None]:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+    def __enter__(self) -> Network:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _bridge(node: Any, name: str, ports: list[Any], address: str) -> str:
+    """A Linux bridge in `node` over `ports`, carrying `address`; returns its MAC."""
+    commands = [f"link add {name} type bridge", f"link set {name} up", f"addr add {address} dev {name}"]
+    commands += [f"link set {p.name} master {name}" for p in ports]
+    _ip_batch(node, commands)
+    words = _check(node, "ip", "-o", "link", "show", "dev", name).split()
+    return words[words.index("link/ether") + 1]
+
+
+def _ip_batch(node: Any, lines: list[str]) -> None:
+    _check(node, "ip", "-batch", "-", input="\n".join(lines) + "\n")
+
+
+def _check(node: Any, *command: str, input: Optional[str] = None) -> str:
+    """Run `command` in `node`'s namespace (mnexec -a, not its interactive shell); its output, or an error."""
+    done = subprocess.run(["mnexec", "-a", str(node.pid), *command], input=input, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"in {node.name}: `{' '.join(command)}` failed: {(done.stderr or done.stdout).strip()}")
+    return done.stdout

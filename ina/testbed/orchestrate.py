@@ -1,0 +1,163 @@
+"""A run from start to end: the network, the switch and PS, the jobs phase by phase, the results.
+
+``execute(run, out)`` builds the network, and for each switch policy the run names (one round
+each; a run without switch jobs has one round) starts ``ina switch`` in the switch node and
+``ina ps`` in the PS host, runs the jobs of each phase at once, stops the switch and the PS
+(which print their counters), and finally writes the results (:mod:`ina.testbed.results`).
+Whatever happens (success, a failed process, the run's timeout, Ctrl-C or SIGTERM) every
+process it started is stopped and the network removed before it returns or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ina.testbed import results
+from ina.testbed.network import Network, TestbedUnavailable, why_not
+from ina.testbed.processes import ProcessFailed, Processes, Service, base_environment, ina_command
+from ina.testbed.spec import Job, Run
+
+SWITCH_PORT, SWITCH_CONTROL_PORT = 47100, 47180
+PS_PORT, PS_CONTROL_PORT = 47101, 47181
+MASTER_PORT = 29500
+PROGRESS_EVERY = 5.0
+
+
+class RunTimeout(RuntimeError):
+    """The run took longer than its ``timeout``."""
+
+
+def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run `run`, writing everything under `out`; the results' summary (results.json)."""
+    reason = why_not(run)
+    if reason:
+        raise TestbedUnavailable(reason)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text(run.to_json())
+    deadline = time.monotonic() + run.timeout
+    aggregated = any(j.uses_aggregators for j in run.jobs)
+    rounds = run.switch.policies if any(j.transport == "switch" and j.hook == "thc" for j in run.jobs) else run.switch.policies[:1]
+    outcomes: list[dict[str, Any]] = []
+    counters: dict[str, Any] = {}
+    created: dict[str, Any] = {}
+    say(f"ina testbed: run {run.name!r}: {run.worker_hosts} worker hosts, links {run.link.bw:g} Mbit/s, "
+        f"{run.link.delay:g} ms, {run.link.loss:g}% loss; {run.switch.target} switch; results in {out}")  # fmt: skip
+    network = Network(run)
+    processes = Processes(on_start=lambda: _record(out, created, processes))
+    try:
+        created = {"tag": network.tag, "nodes": [n.name for n in network.net.hosts], "interfaces": network.interface_names(),
+                   "shell_pids": network.shell_pids(), "namespaces": network.namespaces()}  # fmt: skip
+        _record(out, created, processes)  # now and at each start, in case this process is killed outright
+        for policy in rounds:
+            folder = out / policy
+            services = _start_services(run, network, processes, folder, policy, deadline) if aggregated else []
+            for phase, jobs in enumerate(run.phases):
+                say(f"ina testbed: [{policy}] phase {phase}: " + ", ".join(f"{j.name} ({j.method}, {j.workers} workers)" for j in jobs))
+                outcomes += _run_phase(run, network, processes, folder, policy, jobs, deadline, say)
+            counters[policy] = {s.name: s.stop_and_count() for s in services}
+        counters["link_loss_drops"] = network.loss_counters()
+        counters["link_queue_drops"] = network.queue_drops()
+        counters["link_socket_drops"] = network.udp_buffer_drops()
+    finally:
+        with _signals_held():  # a second Ctrl-C must not cut the cleanup short
+            processes.close()
+            network.close()
+            _record(out, created, processes)
+    summary = results.write(out, run, rounds, outcomes, counters)
+    for line in results.table(summary):
+        say(line)
+    return summary
+
+
+def _record(out: Path, created: dict[str, Any], processes: Processes) -> None:
+    """Write created.json: what the run made (nodes, interfaces, namespaces, PIDs)."""
+    if created:
+        created["process_pids"] = processes.pids()
+        (out / "created.json").write_text(json.dumps(created, indent=2))
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT, SIGTERM and SIGHUP meanwhile (in the main thread; elsewhere nothing to hold)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in held.items():
+            signal.signal(s, handler)
+
+
+def _start_services(run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> list[Service]:
+    switch_spec, env = run.switch, base_environment(run.link.loss > 0)
+    ps = processes.start("ps", network.ps.node, ina_command(
+        "ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}",
+        "--words", str(switch_spec.words)), folder / "ps.log", env, service=True)  # fmt: skip
+    command = ["switch", "--listen", f"{network.switch_ip}:{SWITCH_PORT}", "--control", f"{network.control_ip}:{SWITCH_CONTROL_PORT}",
+               "--pool", str(switch_spec.pool), "--words", str(switch_spec.words), "--policy", policy,
+               "--slot-timeout", str(switch_spec.slot_timeout)]  # fmt: skip
+    if network.bmv2:
+        command += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
+        hosts = [*network.workers, network.ps]
+        for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
+            command += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
+    switch = processes.start("switch", network.switch, ina_command(*command), folder / "switch.log", env, service=True)
+    for service in (ps, switch):  # BMv2 may compile the P4 program first (cached afterwards)
+        service.wait_ready(max(1.0, min(900.0, deadline - time.monotonic())))
+    return [switch, ps]
+
+
+def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, policy: str, jobs: list[Job],
+               deadline: float, say: Callable[[str], None]) -> list[dict[str, Any]]:  # fmt: skip
+    """Launch every job of the phase at once; wait for all; their outcomes (JCT: launch to the last rank's exit)."""
+    launched = {}
+    for job in jobs:
+        job_dir = folder / job.name
+        job_dir.mkdir(parents=True, exist_ok=True)
+        spec_file = job_dir / "job.json"
+        spec_file.write_text(json.dumps(asdict(job)))
+        ranks = []
+        for rank, host in enumerate(job.hosts):
+            endpoint = network.workers[host]
+            env = base_environment(run.link.loss > 0)
+            env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK="0",
+                       MASTER_ADDR=network.workers[job.hosts[0]].ip, MASTER_PORT=str(MASTER_PORT + run.jobs.index(job)),
+                       GLOO_SOCKET_IFNAME=endpoint.interface, INA_BIND=endpoint.ip)  # fmt: skip
+            if job.uses_aggregators:
+                env.update(INA_PS=f"{network.ps.ip}:{PS_PORT}", INA_PS_CONTROL=f"{network.ps.ip}:{PS_CONTROL_PORT}")
+            if job.uses_aggregators and job.transport == "switch":
+                env.update(INA_SWITCH=f"{network.switch_ip}:{SWITCH_PORT}", INA_SWITCH_CONTROL=f"{network.control_ip}:{SWITCH_CONTROL_PORT}")
+            command = [*ina_command()[:2], "ina.testbed.worker", str(spec_file), str(job_dir)]
+            ranks.append(processes.start(f"{job.name} rank {rank}", endpoint.node, command, job_dir / f"rank{rank}.log", env))
+        launched[job.name] = (job, time.monotonic(), ranks)
+    outcomes, running, shown = [], dict(launched), time.monotonic()
+    while running:
+        for name, (job, began, ranks) in list(running.items()):
+            codes = [p.poll() for p in ranks]
+            for rank, (process, code) in enumerate(zip(ranks, codes)):
+                if code not in (None, 0):
+                    raise ProcessFailed(f"[{policy}] job {name!r}: rank {rank} exited with status {code}; "
+                                        f"its log ({process.log}) ends:\n{process.tail()}")  # fmt: skip
+            if all(code == 0 for code in codes):
+                jct = max(p.ended for p in ranks) - began
+                del running[name]
+                say(f"ina testbed: [{policy}] {name} done: JCT {jct:.1f} s")
+                outcomes.append({"policy": policy, "job": name, "jct": jct, "dir": str(folder / name)})
+        if time.monotonic() > deadline:
+            raise RunTimeout(f"the run's timeout of {run.timeout:g} s passed with jobs {sorted(running)} unfinished; "
+                             "raise 'timeout' in the run file, or shorten the jobs")  # fmt: skip
+        if running and time.monotonic() - shown >= PROGRESS_EVERY:
+            shown = time.monotonic()
+            for name, (job, began, _) in running.items():
+                say(f"ina testbed: [{policy}] {name}: {results.progress(folder / name, job)} ({time.monotonic() - began:.0f} s)")
+        time.sleep(0.2)
+    return outcomes

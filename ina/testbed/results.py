@@ -1,0 +1,172 @@
+"""What a run leaves for its reader, beside each process's log and JSON lines:
+
+- ``steps.csv``: one row per job, policy and step: wall time, step time, rank 0's loss, test
+  accuracy where evaluated, bytes sent and received per worker (the mean over the ranks, as
+  their interfaces counted them) and bytes the hook handed to its transport;
+- ``jobs.csv`` and ``results.json``: one row per job and policy: the method, median step time
+  once compression is on, bytes per worker per step, final loss and accuracy, JCT, the SHA-256 of
+  the final parameters; ``results.json`` adds the switch's and the PS's counters per policy and
+  the packets the link loss dropped;
+- ``loss_vs_time.png`` (loss against wall time per job and method), ``jct.png`` (JCT per job and
+  policy) and ``step_time.png`` (median step time per job), when matplotlib is installed (the
+  ``testbed`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+from ina.testbed.spec import Job, Run
+
+STEP_COLUMNS = ("policy", "job", "method", "step", "wall", "step_time", "loss", "accuracy",
+                "tx_bytes_per_worker", "rx_bytes_per_worker", "hook_bytes_per_worker")  # fmt: skip
+JOB_COLUMNS = ("policy", "job", "method", "workers", "phase", "steps", "parameters", "step_time_median", "tx_bytes_per_worker_step",
+               "hook_bytes_per_worker_step", "final_loss", "accuracy", "jct", "train_time", "params_sha256")  # fmt: skip
+
+SWITCH_COUNTERS = ("aggregated", "completed", "preempted", "collision", "redirected", "flushed", "resend_forwarded")
+PS_COUNTERS = ("pieces", "completed", "duplicate", "results_replayed", "status_sent", "flush_sent")
+"""The counters the summary prints (results.json has all of them)."""
+
+
+def read_steps(job_dir: Path, workers: int) -> list[list[dict[str, Any]]]:
+    """Each rank's step records (what it wrote so far)."""
+    ranks = []
+    for rank in range(workers):
+        path = job_dir / f"rank{rank}.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        ranks.append([json.loads(line) for line in lines if line.endswith("}")])
+    return ranks
+
+
+def progress(job_dir: Path, job: Job) -> str:
+    """One line on a running job, from rank 0's records."""
+    steps = read_steps(job_dir, 1)[0]
+    if not steps:
+        return "starting"
+    last = steps[-1]
+    recent = [s["step_time"] for s in steps[-10:]]
+    return f"step {last['step'] + 1}/{job.steps}, loss {last['loss']:.3f}, {statistics.median(recent):.2f} s/step"
+
+
+def measured_from(job: Job) -> int:
+    """The first step whose time counts: after plain-allreduce warm-up and one step more (first-use costs)."""
+    first = job.warm_up + 1 if job.hook in ("thc", "powersgd") else 1
+    return min(first, job.steps - 1)
+
+
+def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, Any]], counters: dict[str, Any]) -> dict[str, Any]:
+    jobs = {j.name: j for j in run.jobs}
+    step_rows, job_rows = [], []
+    for outcome in outcomes:
+        job, job_dir = jobs[outcome["job"]], Path(outcome["dir"])
+        ranks = read_steps(job_dir, job.workers)
+        summary = json.loads((job_dir / "summary.json").read_text())
+        for step, record in enumerate(ranks[0]):
+            each = [r[step] for r in ranks if len(r) > step]
+            step_rows.append({"policy": outcome["policy"], "job": job.name, "method": job.method, "step": step,
+                              "wall": record["wall"], "step_time": record["step_time"], "loss": record["loss"],
+                              "accuracy": record.get("accuracy", ""),
+                              "tx_bytes_per_worker": statistics.mean(r["tx_bytes"] for r in each),
+                              "rx_bytes_per_worker": statistics.mean(r["rx_bytes"] for r in each),
+                              "hook_bytes_per_worker": statistics.mean(r.get("hook_bytes", 0) for r in each)})  # fmt: skip
+        first = measured_from(job)
+        measured = [r[first:] for r in ranks]
+        job_rows.append({
+            "policy": outcome["policy"], "job": job.name, "method": job.method, "workers": job.workers, "phase": job.phase,
+            "steps": job.steps, "parameters": summary["parameters"],
+            "step_time_median": statistics.median(s["step_time"] for s in measured[0]),
+            "tx_bytes_per_worker_step": statistics.mean(statistics.mean(s["tx_bytes"] for s in r) for r in measured),
+            "hook_bytes_per_worker_step": statistics.mean(statistics.mean(s.get("hook_bytes", 0) for s in r) for r in measured),
+            "final_loss": summary["final_loss"], "accuracy": summary["accuracy"], "jct": outcome["jct"],
+            "train_time": summary["train_time"], "params_sha256": summary["params_sha256"],
+        })  # fmt: skip
+    _csv(out / "steps.csv", STEP_COLUMNS, step_rows)
+    _csv(out / "jobs.csv", JOB_COLUMNS, job_rows)
+    result = {"run": run.name, "rounds": list(rounds), "jobs": job_rows, "counters": counters}
+    (out / "results.json").write_text(json.dumps(result, indent=2))
+    result["plots"] = plot(out, step_rows, job_rows)
+    return result
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    """The summary the CLI prints."""
+    lines = [f"{'policy':7} {'job':14} {'method':16} {'s/step':>7} {'tx B/worker/step':>17} {'loss':>7} {'acc':>6} {'JCT s':>7} {'train s':>8}"]
+    for row in result["jobs"]:
+        accuracy = f"{row['accuracy']:.1%}" if row["accuracy"] is not None else "-"
+        lines.append(f"{row['policy']:7} {row['job']:14} {row['method']:16} {row['step_time_median']:7.3f} "
+                     f"{row['tx_bytes_per_worker_step']:17,.0f} {row['final_loss']:7.3f} {accuracy:>6} {row['jct']:7.1f} {row['train_time']:8.1f}")  # fmt: skip
+    for policy, services in result["counters"].items():
+        if policy.startswith("link_"):
+            what = {"link_loss_drops": "the loss rules", "link_queue_drops": "full link queues"}.get(policy, "full UDP socket buffers")
+            lines.append(f"{what} dropped {sum(services.values())} packets")
+            continue
+        for name, keys in (("switch", SWITCH_COUNTERS), ("ps", PS_COUNTERS)):
+            if services.get(name):
+                lines.append(f"[{policy}] {name}: " + ", ".join(f"{k} {services[name].get(k, 0)}" for k in keys))
+    for policy in result["rounds"]:
+        rows = [r for r in result["jobs"] if r["policy"] == policy]
+        lines.append(f"[{policy}] mean JCT {statistics.mean(r['jct'] for r in rows):.1f} s, mean training time "
+                     f"{statistics.mean(r['train_time'] for r in rows):.1f} s over {len(rows)} jobs")  # fmt: skip
+    if result.get("plots"):
+        lines.append("plots: " + ", ".join(result["plots"]))
+    return lines
+
+
+def plot(out: Path, steps: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[str]:
+    """The PNG plots; none (and an empty list) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for key in dict.fromkeys((r["policy"], r["job"], r["method"]) for r in steps):
+        rows = [r for r in steps if (r["policy"], r["job"], r["method"]) == key]
+        losses = [r["loss"] for r in rows]
+        smooth = [statistics.mean(losses[max(0, i - 9) : i + 1]) for i in range(len(losses))]
+        axes.plot([r["wall"] for r in rows], smooth, label=f"{key[1]} ({key[2]}, {key[0]})")
+    axes.set(xlabel="wall time since training began (s)", ylabel="training loss (rank 0, mean of 10 steps)",
+             title="Loss against wall time")  # fmt: skip
+    axes.legend(fontsize="small")
+    made.append(_save(figure, out / "loss_vs_time.png"))
+    policies = list(dict.fromkeys(r["policy"] for r in jobs))
+    names = list(dict.fromkeys(r["job"] for r in jobs))
+    figure, axes = plt.subplots(figsize=(8, 5))
+    width = 0.8 / len(policies)
+    for i, policy in enumerate(policies):
+        by_job = {r["job"]: r["jct"] for r in jobs if r["policy"] == policy}
+        axes.bar([n + i * width for n in range(len(names))], [by_job.get(n, 0) for n in names], width, label=policy)
+    axes.set_xticks([n + width * (len(policies) - 1) / 2 for n in range(len(names))], names)
+    axes.set(ylabel="job completion time (s)", title="JCT per job and switch policy")
+    axes.legend()
+    made.append(_save(figure, out / "jct.png"))
+    figure, axes = plt.subplots(figsize=(8, 5))
+    labels = [f"{r['job']}\n{r['method']}\n{r['policy']}" for r in jobs]
+    axes.bar(range(len(jobs)), [r["step_time_median"] for r in jobs])
+    axes.set_xticks(range(len(jobs)), labels, fontsize="small")
+    axes.set(ylabel="median step time (s)", title="Step time per job")
+    made.append(_save(figure, out / "step_time.png"))
+    return made
+
+
+def _save(figure: Any, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path.name
+
+
+def _csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)

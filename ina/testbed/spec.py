@@ -1,0 +1,270 @@
+"""The run file: a topology, link parameters, the switch, and one or more jobs.
+
+A run file is YAML (or JSON, which YAML reads too). Every field has a default except ``jobs``;
+an unknown field, a wrong type or a value out of range is a :class:`SpecError` that names the
+field (``jobs[1].transport``) and says what is allowed. testbed/README.md documents the fields;
+``testbed/*.yaml`` are examples.
+
+The types here are plain frozen dataclasses (no torch, no Mininet): the CLI validates a run file
+before it touches the network, and the workers get their job as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+HOOKS = ("fp32", "fp16", "powersgd", "thc")
+"""fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; thc: ina's hook."""
+TRANSPORTS = ("collective", "switch", "ps")
+TARGETS = ("software", "bmv2")
+POLICIES = ("esa", "atp")
+DATASETS = ("digits",)
+MAX_HOSTS = 200
+
+
+class SpecError(ValueError):
+    """A run file that cannot run; the message names the field and what it may be."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """Every worker and PS host reaches the switch node over one link of this shape (each direction)."""
+
+    bw: float = 100.0  # Mbit/s; 0: unshaped
+    delay: float = 0.0  # ms, one way (needs the kernel's sch_netem)
+    loss: float = 0.0  # percent of packets dropped, each direction
+
+
+@dataclass(frozen=True)
+class Switch:
+    target: str = "software"
+    pool: int = 64
+    words: int = 64
+    policies: tuple[str, ...] = ("esa",)  # the jobs run once per policy, the switch and PS restarted
+    slot_timeout: float = 1.0
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    workers: int = 4
+    hosts: tuple[int, ...] = ()  # worker host of each rank; default 0..workers-1 (and workers defaults to len(hosts))
+    hidden: tuple[int, ...] = (256,)  # the MLP's hidden layer widths
+    data: str = "digits"
+    steps: int = 60
+    batch: int = 64  # global batch, split evenly over the workers
+    lr: float = 0.05
+    hook: str = "thc"
+    transport: str = "collective"  # thc only
+    bits: int = 4
+    granularity: int = 0  # 0: THC's default for the bits
+    warm_up: int = 5  # steps of plain allreduce before compression (thc's start_iter, powersgd's start iteration)
+    rank: int = 1  # powersgd's matrix approximation rank
+    priority: Optional[int] = None  # switch transport: a fixed priority; None: ESA's intensity policy
+    priority_cap: int = 255
+    window: Optional[int] = None  # switch/ps transport: chunks in flight per worker
+    min_rto: float = 0.02  # switch/ps transport: the least resend timeout (s); above the queueing a window causes
+    phase: int = 0  # jobs of one phase run at once; phases run in increasing order
+    eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
+    seed: int = 0
+
+    @property
+    def method(self) -> str:
+        """A short label: 'fp32', 'fp16', 'powersgd', or 'thc4-switch'."""
+        return f"thc{self.bits}-{self.transport}" if self.hook == "thc" else self.hook
+
+    @property
+    def uses_aggregators(self) -> bool:
+        return self.hook == "thc" and self.transport != "collective"
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    jobs: tuple[Job, ...]
+    worker_hosts: int = 4
+    link: Link = field(default_factory=Link)
+    switch: Switch = field(default_factory=Switch)
+    timeout: float = 900.0  # seconds for the whole run; then everything is stopped
+
+    @property
+    def phases(self) -> list[list[Job]]:
+        return [[j for j in self.jobs if j.phase == p] for p in sorted({j.phase for j in self.jobs})]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def job_from_json(text: str) -> Job:
+    """The inverse of ``json.dumps(asdict(job))``: how a worker gets its job."""
+    values = json.loads(text)
+    return Job(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def load(path: str | Path) -> Run:
+    """Read and validate a run file; SpecError says what is wrong and where."""
+    try:
+        import yaml  # PyYAML: the 'testbed' extra
+    except ImportError:
+        raise SpecError("reading run files needs PyYAML: pip install -e '.[testbed]' (or pip install pyyaml)") from None
+
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise SpecError(f"{path}: cannot read ({error.strerror or error})") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path}: not valid YAML: {error}") from None
+    return parse(document, default_name=path.stem)
+
+
+def parse(document: Any, default_name: str = "run") -> Run:
+    """A Run from the run file's parsed document (dicts, lists, scalars)."""
+    top = _Fields(document, "the run file")
+    name = top.take("name", str, default_name, check=_identifier)
+    topology = _Fields(top.take("topology", dict, {}), "topology")
+    worker_hosts = topology.take("workers", int, 0, check=_between(0, MAX_HOSTS))
+    link_fields = _Fields(topology.take("link", dict, {}), "topology.link")
+    link = Link(
+        bw=link_fields.take("bw", float, Link.bw, check=_between(0, 100_000)),
+        delay=link_fields.take("delay", float, Link.delay, check=_between(0, 10_000)),
+        loss=link_fields.take("loss", float, Link.loss, check=_between(0, 50)),
+    )
+    link_fields.done()
+    topology.done()
+    switch = _switch(_Fields(top.take("switch", dict, {}), "switch"))
+    timeout = top.take("timeout", float, Run.timeout, check=_between(1, 86_400))
+    raw_jobs = top.take("jobs", list, None)
+    top.done()
+    if not raw_jobs:
+        raise SpecError("the run file: 'jobs' must list at least one job")
+    jobs = tuple(_job(_Fields(raw, f"jobs[{i}]"), i) for i, raw in enumerate(raw_jobs))
+    names = [j.name for j in jobs]
+    for n in names:
+        if names.count(n) > 1:
+            raise SpecError(f"jobs: the name {n!r} is used twice; job names must differ")
+    needed = max(max(j.hosts) + 1 for j in jobs)
+    if worker_hosts == 0:
+        worker_hosts = needed
+    elif worker_hosts < needed:
+        raise SpecError(f"topology.workers: {worker_hosts} worker hosts, but a job places a rank on host {needed - 1}; "
+                        f"set topology.workers to at least {needed}")  # fmt: skip
+    for job in jobs:
+        if job.window is not None and job.transport == "switch" and job.window > switch.pool:
+            raise SpecError(f"job {job.name!r}: window {job.window} exceeds the switch's pool of {switch.pool} slots")
+    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, switch=switch, timeout=timeout)
+
+
+def _switch(fields: _Fields) -> Switch:
+    target = fields.take("target", str, Switch.target, check=_one_of(TARGETS))
+    pool = fields.take("pool", int, Switch.pool, check=_power_of_two)
+    words = fields.take("words", int, Switch.words, check=_between(1, 256))
+    policy = fields.take("policy", (str, list), "esa")
+    policies = tuple(policy) if isinstance(policy, list) else (policy,)
+    if not policies or len(set(policies)) != len(policies) or any(p not in POLICIES for p in policies):
+        raise SpecError(f"switch.policy: {policy!r}: give one of {list(POLICIES)} or a list of distinct ones")
+    slot_timeout = fields.take("slot_timeout", float, Switch.slot_timeout, check=_between(0.001, 60))
+    fields.done()
+    return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout)
+
+
+def _job(fields: _Fields, index: int) -> Job:
+    name = fields.take("name", str, f"job{index}", check=_identifier)
+    given_hosts = fields.take("hosts", list, None)
+    workers = fields.take("workers", int, len(given_hosts) if given_hosts else Job.workers, check=_between(1, 64))
+    hosts = tuple(given_hosts if given_hosts is not None else range(workers))
+    if len(hosts) != workers or any(not isinstance(h, int) or h < 0 for h in hosts) or len(set(hosts)) != len(hosts):
+        raise SpecError(f"{fields.where}.hosts: {list(hosts)}: give {workers} distinct worker host numbers (0, 1, ...), one per rank")
+    model = _Fields(fields.take("model", dict, {}), f"{fields.where}.model")
+    hidden = model.take("hidden", list, list(Job.hidden))
+    if not hidden or any(not isinstance(h, int) or not 1 <= h <= 65536 for h in hidden):
+        raise SpecError(f"{fields.where}.model.hidden: {hidden!r}: give a list of layer widths, e.g. [256] or [2048, 2048]")
+    model.done()
+    values: dict[str, Any] = dict(
+        name=name, workers=workers, hosts=hosts, hidden=tuple(hidden),
+        data=fields.take("data", str, Job.data, check=_one_of(DATASETS)),
+        steps=fields.take("steps", int, Job.steps, check=_between(1, 10**7)),
+        batch=fields.take("batch", int, Job.batch, check=_between(1, 1_000_000)),
+        lr=fields.take("lr", float, Job.lr, check=_between(1e-9, 100)),
+        hook=fields.take("hook", str, Job.hook, check=_one_of(HOOKS)),
+        transport=fields.take("transport", str, Job.transport, check=_one_of(TRANSPORTS)),
+        bits=fields.take("bits", int, Job.bits, check=_between(1, 8)),
+        granularity=fields.take("granularity", int, Job.granularity, check=_between(0, 255)),
+        warm_up=fields.take("warm_up", int, Job.warm_up, check=_between(0, 10**6)),
+        rank=fields.take("rank", int, Job.rank, check=_between(1, 1024)),
+        priority=fields.take("priority", int, None, check=_between(0, 255)),
+        priority_cap=fields.take("priority_cap", int, Job.priority_cap, check=_between(0, 255)),
+        window=fields.take("window", int, None, check=_between(1, 65536)),
+        min_rto=fields.take("min_rto", float, Job.min_rto, check=_between(0.001, 10)),
+        phase=fields.take("phase", int, Job.phase, check=_between(0, 1000)),
+        eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
+        seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
+    )  # fmt: skip
+    fields.done()
+    job = Job(**values)
+    if job.batch % job.workers:
+        raise SpecError(f"{fields.where}.batch: {job.batch} is not divisible by its {job.workers} workers")
+    if job.hook != "thc":
+        for option in ("transport", "priority", "window", "min_rto"):
+            if option in fields.given and (option != "transport" or job.transport != "collective"):
+                raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
+    if job.hook == "powersgd" and job.warm_up < 2:
+        raise SpecError(f"{fields.where}.warm_up: powersgd needs at least 2 steps of plain allreduce, got {job.warm_up}")
+    if job.hook == "thc":
+        from ina.compression import THCConfig
+
+        try:
+            granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
+            THCConfig(bits=job.bits, granularity=granularity).check_workers(job.workers)
+        except ValueError as error:
+            raise SpecError(f"{fields.where}: {error}") from None
+    return job
+
+
+class _Fields:
+    """Takes fields out of one mapping of the run file; whatever is left at the end is unknown."""
+
+    def __init__(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            raise SpecError(f"{where}: expected a mapping of fields, got {type(value).__name__} {value!r}")
+        self.left, self.where, self.given = dict(value), where, set(value)
+
+    def take(self, key: str, kind: Any, default: Any, check: Optional[Callable[[Any], Optional[str]]] = None) -> Any:
+        if key not in self.left or self.left[key] is None:
+            self.left.pop(key, None)
+            return default
+        value = self.left.pop(key)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            names = " or ".join({str: "text", int: "an integer", float: "a number", list: "a list", dict: "a mapping"}[k] for k in kinds)
+            raise SpecError(f"{self.where}.{key}: expected {names}, got {value!r}")
+        problem = check(value) if check else None
+        if problem:
+            raise SpecError(f"{self.where}.{key}: {value!r}: {problem}")
+        return value
+
+    def done(self) -> None:
+        if self.left:
+            raise SpecError(f"{self.where}: unknown field(s) {sorted(self.left)}; see testbed/README.md for the fields")
+
+
+def _between(low: float, high: float) -> Callable[[Any], Optional[str]]:
+    return lambda v: None if low <= v <= high else f"must be between {low:g} and {high:g}"
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any], Optional[str]]:
+    return lambda v: None if v in choices else f"must be one of {list(choices)}"
+
+
+def _power_of_two(value: int) -> Optional[str]:
+    return None if 1 <= value <= 65536 and value & (value - 1) == 0 else "must be a power of two up to 65536"
+
+
+def _identifier(value: str) -> Optional[str]:
+    ok = value and len(value) <= 40 and all(c.isalnum() or c in "-_." for c in value)
+    return None if ok else "use up to 40 letters, digits, '-', '_' or '.'"

@@ -1,0 +1,153 @@
+"""One training process of a testbed job: ``python -m ina.testbed.worker JOB.json OUT_DIR``.
+
+It runs in its worker host with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT; gloo over the emulated links, GLOO_SOCKET_IFNAME naming the host's interface)
+and, for THC through the switch or the PS, the INA_* variables of docs/transport.md. It trains
+ina demo's model (``ina.demo_training``) on digits with the job's hook and writes, as it goes,
+one JSON line per step to ``OUT_DIR/rank<R>.jsonl``: step, wall time since training began, the
+step's own time, this rank's loss, the bytes its interface sent and received during the step,
+the bytes the hook handed to its transport, and (rank 0, every ``eval_every`` steps) the test
+accuracy. Rank 0 ends with ``OUT_DIR/summary.json`` and the final parameters (``params.pt``,
+their SHA-256 in the summary), so that runs can be compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ina.demo_training import Digits, batches_of, mlp
+from ina.testbed.spec import Job, job_from_json
+
+TIMEOUT = timedelta(seconds=600)
+
+
+def interface_bytes(interface: str) -> tuple[int, int]:
+    """(sent, received) bytes of `interface` in this process's network namespace (/proc/net/dev)."""
+    with open("/proc/self/net/dev") as f:
+        for line in f:
+            name, _, counters = line.partition(":")
+            if name.strip() == interface:
+                fields = counters.split()
+                return int(fields[8]), int(fields[0])
+    return 0, 0
+
+
+def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
+    """Register the job's comm hook; the THCState for thc (its transport to close at the end)."""
+    if job.hook == "fp32":
+        return None
+    if job.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return None
+    if job.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=job.rank,
+                                            start_powerSGD_iter=job.warm_up, random_seed=job.seed)  # fmt: skip
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return None
+    from ina.hook import THCState, thc_hook
+    from ina.transport import create_transport
+    from ina.transport.priority import FixedPriority
+
+    options: dict[str, Any] = {}
+    if job.transport != "collective":
+        options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
+        if job.priority is not None:
+            options["policy"] = FixedPriority(job.priority)
+    transport = create_transport(job.transport, None, **options)
+    granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
+    state = THCState(bits=job.bits, granularity=granularity, start_iter=job.warm_up, transport=transport, seed=job.seed)
+    ddp.register_comm_hook(state, thc_hook)
+    return state
+
+
+def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
+    rank, workers = dist.get_rank(), dist.get_world_size()
+    data = Digits.load(job.seed)
+    model = mlp(data.x_train.shape[1], job.hidden, job.seed)
+    parameters = sum(p.numel() for p in model.parameters())
+    options = {}
+    if job.hook == "powersgd":
+        # One bucket: torch's PowerSGD hook blocks a gloo thread in each bucket's callback, and
+        # gloo has two, so a model of more buckets deadlocks (seen with torch 2.13).
+        options["bucket_cap_mb"] = 1 + sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    ddp = DistributedDataParallel(model, **options)
+    state = attach_hook(job, ddp)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=job.lr, momentum=0.9)
+    batches = batches_of(len(data.x_train), job.batch, torch.Generator().manual_seed(job.seed))
+    share = job.batch // workers
+    accuracy = None
+    log = (out / f"rank{rank}.jsonl").open("w")
+    began = time.monotonic()
+    sent, received = interface_bytes(interface)
+    handed = state.bytes_sent if state is not None else 0
+    for step in range(job.steps):
+        start = time.monotonic()
+        batch = next(batches)[rank * share : (rank + 1) * share]
+        loss = torch.nn.functional.cross_entropy(ddp(data.x_train[batch]), data.y_train[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        end = time.monotonic()
+        now_sent, now_received = interface_bytes(interface)
+        record: dict[str, Any] = {"step": step, "wall": end - began, "step_time": end - start, "loss": loss.item(),
+                                  "tx_bytes": now_sent - sent, "rx_bytes": now_received - received}  # fmt: skip
+        sent, received = now_sent, now_received
+        if state is not None:
+            record["hook_bytes"], handed = state.bytes_sent - handed, state.bytes_sent
+        if rank == 0 and ((step + 1) % job.eval_every == 0 or step + 1 == job.steps):
+            accuracy = evaluate(model, data)
+            record["accuracy"] = accuracy
+        log.write(json.dumps(record) + "\n")
+        log.flush()
+    log.close()
+    trained = time.monotonic() - began
+    if state is not None:
+        dist.barrier()  # every rank has every result: the job may leave its switch and PS
+        state.transport.close()
+    summary: dict[str, Any] = {"rank": rank, "train_time": trained}
+    if rank == 0:
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        torch.save(model.state_dict(), out / "params.pt")
+        transport = getattr(state, "transport", None)
+        summary.update(accuracy=accuracy, final_loss=loss.item(), parameters=parameters,
+                       params_sha256=hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
+                       job_id=getattr(transport, "job", None))  # fmt: skip
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def evaluate(model: torch.nn.Module, data: Digits) -> float:
+    with torch.no_grad():
+        return (model(data.x_test).argmax(dim=1) == data.y_test).float().mean().item()
+
+
+def main(argv: list[str]) -> int:
+    job = job_from_json(Path(argv[0]).read_text())
+    out = Path(argv[1])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=TIMEOUT)
+    try:
+        train(job, out, os.environ["GLOO_SOCKET_IFNAME"])
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,159 @@
+"""`ina testbed` end to end, on a real Mininet network (root, Debian's mininet package):
+testbed/ci.yaml (4 workers on 100 Mbit/s links with 1% loss, THC through the software switch
+beside THC over the collective) ends with bit-identical parameters, writes its results, and
+leaves no namespace, interface or process behind; so do a run stopped by Ctrl-C and one that
+overruns its timeout. Without p4c a BMv2 run is refused, saying why."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ina.testbed.network import why_not
+
+ROOT = Path(__file__).parent.parent
+_REASON = why_not()
+needs_testbed = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+
+def ina_testbed(*arguments: str, **options) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ina.cli", "testbed", *arguments], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **options)  # fmt: skip
+
+
+def namespaces_in_use() -> set[int]:
+    """The network namespace of every process on the machine (inode numbers)."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+        except OSError:
+            pass
+    return found
+
+
+def command_lines() -> dict[int, str]:
+    lines = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            lines[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            pass
+    return lines
+
+
+def root_interfaces() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+def assert_nothing_left(out: Path, interfaces_before: set[str]) -> dict:
+    """Everything the run recorded as created is gone: its processes, namespaces and interfaces."""
+    created = json.loads((out / "created.json").read_text())
+    tag, running = created["tag"], command_lines()
+    assert created["namespaces"] and created["process_pids"] and created["interfaces"]
+    for pid in created["shell_pids"] + created["process_pids"]:
+        assert pid not in running or (f"mininet:{tag}" not in running[pid] and str(out) not in running[pid]), running[pid]
+    assert not [c for c in running.values() if f"mininet:{tag}" in c or f"{out}/" in c]
+    assert not set(created["namespaces"]) & namespaces_in_use()
+    assert not {name for name in root_interfaces() - interfaces_before if name.startswith(tag)}
+    assert not set(created["interfaces"]) & root_interfaces()
+    return created
+
+
+@needs_testbed
+def test_ci_run_through_the_software_switch_ends_exactly_as_the_collective_and_leaves_nothing(tmp_path):
+    import torch
+
+    out = tmp_path / "ci"
+    interfaces = root_interfaces()
+    done = ina_testbed(str(ROOT / "testbed" / "ci.yaml"), "--out", str(out))
+    printed, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, printed
+    assert "[esa] switch: step" in printed or "[esa] collective: step" in printed  # progress while it runs
+    result = json.loads((out / "results.json").read_text())
+    jobs = {row["job"]: row for row in result["jobs"]}
+    assert jobs["switch"]["params_sha256"] == jobs["collective"]["params_sha256"]
+    a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("collective", "switch"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert jobs["switch"]["final_loss"] == jobs["collective"]["final_loss"]
+    assert jobs["switch"]["accuracy"] > 0.5  # it trained
+    # The links really lost packets, the switch really aggregated, and the PS completed what it did not.
+    counters = result["counters"]
+    assert sum(counters["link_loss_drops"].values()) > 100, counters["link_loss_drops"]
+    switch, ps = counters["esa"]["switch"], counters["esa"]["ps"]
+    assert switch["completed"] > 0 and switch["aggregated"] > 0 and switch["unregistered"] == 0, switch
+    assert ps["completed"] > 0, ps
+    # A reader's files: per-step CSV for both jobs, per-job rows, plots.
+    with (out / "steps.csv").open() as f:
+        steps = list(csv.DictReader(f))
+    assert {(r["job"], int(r["step"])) for r in steps} == {(j, s) for j in ("collective", "switch") for s in range(30)}
+    assert all(float(r["tx_bytes_per_worker"]) > 0 and float(r["step_time"]) > 0 for r in steps)
+    # THC moves 1 byte a coordinate here, about a quarter of fp32's 4 (19,210 parameters).
+    assert 10_000 < jobs["collective"]["hook_bytes_per_worker_step"] < 4 * 19_210 / 2
+    for plot in ("loss_vs_time.png", "jct.png", "step_time.png"):
+        assert (out / plot).stat().st_size > 1000
+    assert_nothing_left(out, interfaces)
+
+
+def _start_short_run(tmp_path: Path, **top) -> tuple[Path, set[str], subprocess.Popen]:
+    """A run of one endless job through the switch: (its results folder, the root interfaces before, the CLI)."""
+    interfaces = root_interfaces()
+    return tmp_path / "out", interfaces, ina_testbed(str(_short_run(tmp_path, **top)), "--out", str(tmp_path / "out"))
+
+
+def _ends(process: subprocess.Popen, status: int, saying: str, out: Path, interfaces: set[str]) -> None:
+    printed, _ = process.communicate(timeout=120)
+    assert process.returncode == status, printed
+    assert saying in printed
+    assert_nothing_left(out, interfaces)
+
+
+def _short_run(tmp_path: Path, **top) -> Path:
+    run = {"name": "short", "topology": {"workers": 2, "link": {"bw": 100, "loss": 1}},
+           "jobs": [{"name": "long", "workers": 2, "hook": "thc", "transport": "switch", "steps": 100000}], **top}  # fmt: skip
+    path = tmp_path / "short.yaml"
+    path.write_text(json.dumps(run))
+    return path
+
+
+@needs_testbed
+def test_ctrl_c_stops_the_run_and_removes_everything(tmp_path):
+    out, interfaces, process = _start_short_run(tmp_path)
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        lines.append(line)
+        if "long: step" in line:  # training, through the switch
+            break
+    else:
+        pytest.fail("".join(lines))
+    process.send_signal(signal.SIGINT)
+    _ends(process, 130, "every process and interface of the run was removed", out, interfaces)
+
+
+@needs_testbed
+def test_a_run_past_its_timeout_fails_clearly_and_removes_everything(tmp_path):
+    out, interfaces, process = _start_short_run(tmp_path, timeout=12)
+    _ends(process, 1, "timeout of 12 s passed with jobs ['long'] unfinished", out, interfaces)
+
+
+@needs_testbed
+def test_check_accepts_the_ci_run_and_refuses_bmv2_without_p4c():
+    done = subprocess.run([sys.executable, "-m", "ina.cli", "testbed", "testbed/ci.yaml", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "is valid and this machine can run it" in done.stdout, done.stderr
+    env = {**os.environ, "INA_P4C": "/nonexistent/p4c"}
+    done = subprocess.run([sys.executable, "-m", "ina.cli", "testbed", "testbed/bmv2.yaml", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert done.returncode == 2
+    assert "needs p4c" in done.stderr or "needs the 'p4' extra" in done.stderr, done.stderr
