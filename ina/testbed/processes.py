@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -147,11 +148,17 @@ def ina_command(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "ina.cli", *arguments]
 
 
+RUN_TOKEN = secrets.token_hex(16)
+"""The operator token of this testbed's switch and PS: their control APIs listen on the hosts'
+addresses, beyond loopback, so they require one (docs/protocol.md, section 7); the workers send it."""
+
+
 def base_environment(lossy: bool) -> dict[str, str]:
-    """What every process of the run gets: this environment, unbuffered output and, on lossy
-    links, one datagram per UDP message (the loss rules see a GSO run of datagrams as one packet)."""
+    """What every process of the run gets: this environment, unbuffered output, the run's token and,
+    on lossy links, one datagram per UDP message (the loss rules see a GSO run of datagrams as one packet)."""
     env = dict(os.environ)
-    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", INA_TOKEN=RUN_TOKEN)
+    env.pop("INA_TOKEN_FILE", None)
     if lossy:
         env["INA_UDP_GSO"] = "0"
     return env
