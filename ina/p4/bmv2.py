@@ -3,6 +3,8 @@ pushes one over P4Runtime), stopped with everything it started."""
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
 import tempfile
@@ -23,6 +25,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it exits (Linux)."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Bmv2Process:
     """simple_switch_grpc on `interfaces` (BMv2 port -> Linux interface), serving P4Runtime on
     127.0.0.1:`grpc_port` and Thrift on `thrift_port`; its output goes to `log`."""
@@ -40,7 +47,11 @@ class Bmv2Process:
         if netns:
             command = ["ip", "netns", "exec", netns, *command]
         with self.log.open("wb") as output:
-            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # its own session: a signal to the controller's process group (Ctrl-C, a testbed's stop)
+            # must not kill BMv2 before the controller has read its final counters; it still dies
+            # with the controller (PR_SET_PDEATHSIG), so it never outlives it
+            self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
         try:
             self._wait_ready(start_timeout)
         except RuntimeError:
