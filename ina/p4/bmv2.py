@@ -35,7 +35,7 @@ class Bmv2Process:
     127.0.0.1:`grpc_port` and Thrift on `thrift_port`; its output goes to `log`."""
 
     def __init__(self, interfaces: Mapping[int, str], grpc_port: int = 0, thrift_port: int = 0,
-                 log: Path | None = None, netns: str | None = None, start_timeout: float = 20.0) -> None:  # fmt: skip
+                 log: Path | None = None, start_timeout: float = 20.0) -> None:  # fmt: skip
         binary = toolchain.require("simple_switch_grpc")
         self.grpc_port = grpc_port or free_port()
         self.thrift_port = thrift_port or free_port()
@@ -44,8 +44,6 @@ class Bmv2Process:
         for port, interface in sorted(interfaces.items()):
             command += ["-i", f"{port}@{interface}"]
         command += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}", "--cpu-port", str(CPU_PORT)]
-        if netns:
-            command = ["ip", "netns", "exec", netns, *command]
         with self.log.open("wb") as output:
             # its own session: a signal to the controller's process group (Ctrl-C, a testbed's stop)
             # must not kill BMv2 before the controller has read its final counters; it still dies

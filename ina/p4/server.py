@@ -27,8 +27,7 @@ class P4SwitchServer:
     role = "switch"
 
     def __init__(self, config: SwitchConfig, listen: Address, control: Address, interfaces: Mapping[int, str],
-                 routes: Iterable[Route], mac: str, log: Path | None = None, netns: str | None = None,
-                 access: Access | None = None) -> None:  # fmt: skip
+                 routes: Iterable[Route], mac: str, log: Path | None = None, access: Access | None = None) -> None:  # fmt: skip
         if listen[1] != INA_PORT:
             raise ValueError(f"--listen {listen[0]}:{listen[1]}: the P4 switch knows ina packets by UDP port {INA_PORT}; use {listen[0]}:{INA_PORT}")
         if not interfaces:
@@ -36,7 +35,7 @@ class P4SwitchServer:
         self.address = listen
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self.bmv2 = Bmv2Process(interfaces, log=log, netns=netns)
+        self.bmv2 = Bmv2Process(interfaces, log=log)
         self.runtime: P4RuntimeClient | None = None
         self.registers: Bmv2Thrift | None = None
         self.control: ControlServer | None = None
