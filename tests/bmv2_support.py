@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from ina.net.impair import SLOW_CLASS, egress_rules
 from ina.p4 import toolchain
 
 _PACKET_OUTGOING = 4
@@ -162,15 +163,10 @@ class Host:
         This kernel has no netem, so nftables does it: an egress rule drops or duplicates at random,
         and marks some packets for a slow HTB class, behind which they arrive late."""
         for prefix, device in ((self.netns.command(), self.veth.host_side), ([], self.veth.switch_side)):
-            rules = "\n".join([
-                f'table netdev ina_impair {{ chain egress {{ type filter hook egress device "{device}" priority 0;',
-                f"numgen random mod 10000 < {round(loss * 1e4)} drop",
-                f'numgen random mod 10000 < {round(duplicate * 1e4)} dup to "{device}"',
-                f"numgen random mod 10000 < {round(reorder * 1e4)} meta priority set 1:2", "}", "}"])  # fmt: skip
-            run(*prefix, "nft", "-f", "-", stdin=rules)
+            run(*prefix, "nft", "-f", "-", stdin=egress_rules("ina_impair", [device], loss, duplicate, reorder))
             run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1", "r2q", "100000")
             run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
-            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:2", "htb", "rate", "2mbit")
+            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", SLOW_CLASS, "htb", "rate", "2mbit")
 
     def repair(self) -> None:
         """Undo `impair`."""

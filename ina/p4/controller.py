@@ -9,8 +9,8 @@ that flushes it only if it is still unchanged.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -56,10 +56,7 @@ class Route:
 
 
 def _ip(text: str) -> int:
-    parts = [int(p) for p in text.split(".")]
-    if len(parts) != 4 or not all(0 <= p < 256 for p in parts):
-        raise ValueError(f"{text!r} is not a numeric IPv4 address")
-    return int.from_bytes(bytes(parts), "big")
+    return int(ipaddress.IPv4Address(text))
 
 
 def _key(key_id: int, seq: int) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ina.net.impair import chain_name, egress_rules
 from ina.testbed.spec import Run
 
 DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
@@ -202,18 +203,12 @@ class Network:
 
     def _loss(self, percent: float) -> None:
         """Drop `percent` of the packets leaving each end of each link (nftables, netdev egress)."""
-        threshold = round(percent * 10_000)  # of 1,000,000
         by_node: dict[Any, list[str]] = {}
         for pair in self.links:
             for intf in pair:
                 by_node.setdefault(intf.node, []).append(intf.name)
         for node, names in by_node.items():
-            chains = "".join(
-                f'chain loss_{n.replace("-", "_")} {{ type filter hook egress device "{n}" priority 0; policy accept; '
-                f"numgen random mod 1000000 < {threshold} counter drop; }}\n"
-                for n in names
-            )
-            _check(node, "nft", "-f", "-", input=f"table netdev ina_testbed {{\n{chains}}}\n")
+            _check(node, "nft", "-f", "-", input=egress_rules("ina_testbed", names, loss=percent / 100))
 
     def _check_shaping(self) -> None:
         if self.run.link.bw <= 0:
@@ -229,13 +224,14 @@ class Network:
         dropped: dict[str, int] = {}
         if self.run.link.loss <= 0:
             return dropped
+        interfaces = {chain_name(intf.name): intf.name for pair in self.links for intf in pair}
         for node in {intf.node for pair in self.links for intf in pair}:
             listing = _check(node, "nft", "list", "table", "netdev", "ina_testbed")
             chain = None
             for line in listing.splitlines():
                 words = line.split()
                 if words[:1] == ["chain"]:
-                    chain = words[1].removeprefix("loss_").replace("_", "-")
+                    chain = interfaces.get(words[1])
                 elif "packets" in words and chain:
                     dropped[chain] = int(words[words.index("packets") + 1])
         return dropped
