@@ -1,17 +1,41 @@
-"""Build hook for the optional native THC kernels; all metadata lives in pyproject.toml.
+"""Build hook for the optional native kernels; all metadata lives in pyproject.toml.
 
-The extension is optional: without a C compiler the install still succeeds and the codec
-falls back to its pure-torch path (with a warning).
+- ina.compression._native: the THC codec's CPU kernels (compression/_native.c);
+- ina.<package>._native: the native packet path of each package that has a `_native.c`
+  (the worker engine, the PS, the software switch), on the shared headers in ina/csrc.
+
+Every extension is optional: without a C compiler the install still succeeds and each part
+falls back to its Python reference (with a message). INA_SANITIZE=1 builds them with
+AddressSanitizer and UndefinedBehaviorSanitizer (docs/native.md says how to run the tests so).
 """
+import os
+from glob import glob
+
 from setuptools import Extension, setup
 
-native = Extension(
+SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+sanitize = SANITIZE if os.environ.get("INA_SANITIZE") == "1" else []
+
+codec = Extension(
     "ina.compression._native",
     sources=["compression/_native.c"],
     # -ffp-contract=off: no FMA contraction, so the kernels round exactly like the torch path.
-    extra_compile_args=["-O3", "-ffp-contract=off", "-pthread", "-Wno-psabi"],
-    extra_link_args=["-pthread"],
+    extra_compile_args=["-O3", "-ffp-contract=off", "-pthread", "-Wno-psabi", *sanitize],
+    extra_link_args=["-pthread", *sanitize],
     optional=True,
 )
 
-setup(ext_modules=[native])
+packet_cores = [
+    Extension(
+        source[: -len(".c")].replace("/", "."),
+        sources=[source],
+        include_dirs=["ina/csrc"],
+        depends=glob("ina/csrc/*.h"),
+        extra_compile_args=["-O3", "-pthread", "-Wall", "-Wextra", "-Wno-missing-field-initializers", *sanitize],
+        extra_link_args=["-pthread", *sanitize],
+        optional=True,
+    )
+    for source in sorted(glob("ina/*/_native.c"))
+]
+
+setup(ext_modules=[codec, *packet_cores])

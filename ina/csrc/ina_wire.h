@@ -1,0 +1,99 @@
+/* The packet header of docs/protocol.md, section 2, for the native packet paths.
+ *
+ * Shared by the native worker engine, PS and software switch (header-only: each extension
+ * compiles its own copy). The checks are those of ina/protocol/header.py's `parse`, split in two
+ * because a PS-only job may use its own words per packet: `ina_parse_header` checks everything
+ * but the length, `ina_length_ok` the length for a given K.
+ */
+#ifndef INA_WIRE_H
+#define INA_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define INA_MAGIC 0xA7
+#define INA_VERSION 1
+#define INA_HEADER_BYTES 20
+#define INA_MAX_WORKERS 32
+#define INA_MAX_INDEX_BITS 8
+#define INA_KNOWN_FLAGS 0x03u
+#define INA_SEQ_MASK 0xFFFFFFFFu
+
+enum ina_kind { INA_DATA = 1, INA_RESULT = 2, INA_PARTIAL = 3, INA_FLUSH = 4, INA_STATUS = 5, INA_FETCH = 6, INA_SWEEP = 7 };
+enum ina_flag { INA_FLAG_RESEND = 0x01, INA_FLAG_MAX = 0x02 };
+
+typedef struct {
+    uint8_t kind, flags, rank, priority, index_bits, lane_bits;
+    uint16_t job, slot;
+    uint32_t seq, bitmap;
+} ina_header;
+
+static inline uint32_t ina_load32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline void ina_store32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+static inline uint16_t ina_load16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+
+static inline void ina_store16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8), p[1] = (uint8_t)v; }
+
+/* Payload words (big-endian on the wire) to and from host-order uint32; compilers vectorize these. */
+static inline void ina_load_words(uint32_t *dst, const uint8_t *src, size_t words) {
+    for (size_t i = 0; i < words; i++) dst[i] = ina_load32(src + 4 * i);
+}
+
+static inline void ina_store_words(uint8_t *dst, const uint32_t *src, size_t words) {
+    for (size_t i = 0; i < words; i++) ina_store32(dst + 4 * i, src[i]);
+}
+
+static inline int ina_lane_width_ok(unsigned width) { return width == 8 || width == 16 || width == 32; }
+
+/* Payload words of a RESULT/PARTIAL for a chunk of `words` DATA words (protocol.md, section 2). */
+static inline uint32_t ina_result_words(uint32_t words, unsigned index_bits, unsigned lane_bits) {
+    if (index_bits == 0) return words;
+    uint64_t coordinates = (uint64_t)words * (32 / index_bits);
+    unsigned per_word = 32 / lane_bits;
+    return (uint32_t)((coordinates + per_word - 1) / per_word);
+}
+
+/* Payload words a valid packet of `kind` carries when DATA carries `words`. */
+static inline uint32_t ina_payload_words(unsigned kind, uint32_t words, unsigned index_bits, unsigned lane_bits) {
+    if (kind == INA_DATA) return words;
+    if (kind == INA_RESULT || kind == INA_PARTIAL) return ina_result_words(words, index_bits, lane_bits);
+    return 0;
+}
+
+/* Decode the header of a `len`-byte packet and check every rule of section 2 but its length:
+ * 1 if it holds, 0 if the packet is malformed (h is then unspecified). */
+static inline int ina_parse_header(const uint8_t *p, size_t len, ina_header *h) {
+    if (len < INA_HEADER_BYTES || p[0] != INA_MAGIC || p[1] != INA_VERSION) return 0;
+    h->kind = p[2], h->flags = p[3], h->job = ina_load16(p + 4), h->rank = p[6], h->priority = p[7];
+    h->seq = ina_load32(p + 8), h->slot = ina_load16(p + 12), h->index_bits = p[14], h->lane_bits = p[15];
+    h->bitmap = ina_load32(p + 16);
+    if (h->kind < INA_DATA || h->kind > INA_SWEEP || (h->flags & ~INA_KNOWN_FLAGS)) return 0;
+    if (!ina_lane_width_ok(h->lane_bits) || h->index_bits > INA_MAX_INDEX_BITS) return 0;
+    if (h->kind == INA_DATA && (h->rank >= INA_MAX_WORKERS || h->bitmap != (uint32_t)1 << h->rank)) return 0;
+    return 1;
+}
+
+/* Whether a parsed packet of `len` bytes has the payload its kind needs when DATA carries `words`. */
+static inline int ina_length_ok(const ina_header *h, size_t len, uint32_t words) {
+    return len == INA_HEADER_BYTES + 4 * (size_t)ina_payload_words(h->kind, words, h->index_bits, h->lane_bits);
+}
+
+/* Both checks: what `ina.protocol.header.parse` accepts for a deployment of `words` per packet. */
+static inline int ina_parse(const uint8_t *p, size_t len, uint32_t words, ina_header *h) {
+    return ina_parse_header(p, len, h) && ina_length_ok(h, len, words);
+}
+
+static inline void ina_write_header(uint8_t *p, const ina_header *h) {
+    p[0] = INA_MAGIC, p[1] = INA_VERSION, p[2] = h->kind, p[3] = h->flags;
+    ina_store16(p + 4, h->job), p[6] = h->rank, p[7] = h->priority;
+    ina_store32(p + 8, h->seq), ina_store16(p + 12, h->slot), p[14] = h->index_bits, p[15] = h->lane_bits;
+    ina_store32(p + 16, h->bitmap);
+}
+
+#endif

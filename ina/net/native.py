@@ -1,0 +1,123 @@
+"""The Python side of the native packet paths (ina/csrc): frames across the C boundary, and a runner.
+
+A native core (the C twin of the worker engine, the PS or the software switch) takes and returns
+datagrams as five flat buffers: the bytes, each datagram's start and length, and its peer's IPv4
+address and port (ina/csrc/ina_pynode.h). `to_native` and `from_native` convert `Frames` to and
+from them, so tests drive a native core exactly as they drive its Python reference.
+
+`NativeRunner` serves a native core on a bound UDP socket with the interface of `UdpRunner`:
+its whole packet loop (recvmmsg with GRO, sendmmsg with GSO, timers) runs in C with the GIL
+released, so Python threads of the same process keep running while packets flow.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from typing import Protocol
+
+import numpy as np
+
+from ina.net.frames import Frames
+from ina.net.node import Address
+from ina.net.udp import open_socket
+
+NativeFrames = tuple[bytes, bytes, bytes, bytes, bytes]
+"""(data, start int64, length int64, ip uint32, port uint16), every integer in host order."""
+
+
+class NativeCore(Protocol):
+    """What a native core's extension type offers to the runner (ina/csrc/ina_pynode.h)."""
+
+    def serve(self, fd: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def refused(self) -> int: ...
+
+
+def _ip(host: str) -> int:
+    """A numeric IPv4 address as an integer (names resolved, as `BatchSocket` does)."""
+    try:
+        return int(ipaddress.IPv4Address(host))
+    except ValueError:
+        return int(ipaddress.IPv4Address(socket.gethostbyname(host)))
+
+
+def to_native(frames: Frames) -> NativeFrames:
+    """The buffers a native core's `receive` takes (every datagram's peer spelled out)."""
+    ips = np.array([_ip(host) for host, _ in frames.addresses], dtype=np.uint32)
+    ports = np.array([port for _, port in frames.addresses], dtype=np.uint16)
+    peer = frames.peer.astype(np.intp)
+    return (
+        np.ascontiguousarray(frames.buffer, dtype=np.uint8).tobytes(),
+        np.ascontiguousarray(frames.start, dtype=np.int64).tobytes(),
+        np.ascontiguousarray(frames.length, dtype=np.int64).tobytes(),
+        (ips[peer] if len(frames) else np.zeros(0, np.uint32)).tobytes(),
+        (ports[peer] if len(frames) else np.zeros(0, np.uint16)).tobytes(),
+    )
+
+
+def from_native(native: NativeFrames) -> Frames:
+    """`Frames` of what a native core returned (addresses as dotted quads)."""
+    data, start, length, ip, port = native
+    keys = np.frombuffer(ip, dtype=np.uint32).astype(np.int64) << 16 | np.frombuffer(port, dtype=np.uint16)
+    unique, peer = np.unique(keys, return_inverse=True)
+    addresses = [(str(ipaddress.IPv4Address(int(key) >> 16)), int(key) & 0xFFFF) for key in unique.tolist()]
+    return Frames(np.frombuffer(data, dtype=np.uint8), np.frombuffer(start, dtype=np.int64),
+                  np.frombuffer(length, dtype=np.int64), peer.astype(np.int64), addresses)  # fmt: skip
+
+
+class NativeRunner:
+    """Serves a native core on a bound UDP socket (which it then owns) until `stop()`, as
+    `UdpRunner` serves a Python node; `error` keeps what stopped a background loop."""
+
+    def __init__(self, core: NativeCore, sock: socket.socket) -> None:
+        self.core = core
+        self.sock = sock
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def bind(cls, core: NativeCore, address: Address) -> NativeRunner:
+        """A runner on a fresh socket bound to `address` (port 0: any free port)."""
+        return cls(core, open_socket(address))
+
+    @property
+    def address(self) -> Address:
+        host, port = self.sock.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def refused(self) -> int:
+        """Datagrams the kernel refused to send (for example, no route)."""
+        return self.core.refused()
+
+    def serve_forever(self) -> None:
+        """Run the core's packet loop in the calling thread until `stop()` (Ctrl-C handlers still run)."""
+        self.core.serve(self.sock.fileno())
+
+    def start(self) -> NativeRunner:
+        """Serve on a daemon thread; an exception there is kept in `error`."""
+
+        def run() -> None:
+            try:
+                self.serve_forever()
+            except BaseException as error:  # noqa: BLE001 - reported through `error`
+                self.error = error
+
+        self._thread = threading.Thread(target=run, name="ina-native-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the loop to return, now or as soon as it starts (safe from any thread or a signal handler)."""
+        self.core.stop()
+
+    def close(self) -> None:
+        """Stop, wait for the serving thread, and release the socket."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+        self.sock.close()
