@@ -12,9 +12,13 @@ released, so Python threads of the same process keep running while packets flow.
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
+import os
 import socket
 import threading
+import warnings
+from types import ModuleType
 from typing import Protocol
 
 import numpy as np
@@ -22,6 +26,9 @@ import numpy as np
 from ina.net.frames import Frames
 from ina.net.node import Address
 from ina.net.udp import open_socket
+
+DISABLE = "INA_NATIVE_PACKETS"
+"""Set to 0 to run the Python references instead of the native cores everywhere."""
 
 NativeFrames = tuple[bytes, bytes, bytes, bytes, bytes]
 """(data, start int64, length int64, ip uint32, port uint16), every integer in host order."""
@@ -35,6 +42,20 @@ class NativeCore(Protocol):
     def stop(self) -> None: ...
 
     def refused(self) -> int: ...
+
+
+def load_native(module: str, what: str) -> ModuleType | None:
+    """The native core's extension `module` (e.g. "ina.switch._native"), or None: the Python
+    reference then runs. Disabled on purpose with INA_NATIVE_PACKETS=0; a missing build says so
+    once per module, with how to get it, as the codec does."""
+    if os.environ.get(DISABLE, "1") == "0":
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        warnings.warn(f"ina: the native {what} is not built ({error}); using the much slower Python reference. "
+                      "Reinstall with a C compiler present (pip install -e .) to build it.", RuntimeWarning, stacklevel=2)
+        return None
 
 
 def _ip(host: str) -> int:
