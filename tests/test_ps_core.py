@@ -21,9 +21,9 @@ STRANGER = ("10.0.0.66", 6666)
 THC_TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
 
 
-def make_spec(n=4, *, job=JOB, window=4, switch=True, lane_bits=8, index_bits=0, table=(), workers=WORKERS):
+def make_spec(n=4, *, job=JOB, window=4, switch=True, lane_bits=8, index_bits=0, table=(), workers=WORKERS, words=0):
     return JobSpec(job=job, workers=tuple(Endpoint(*w) for w in workers[:n]), window=window, lane_bits=lane_bits,
-                   switch=Endpoint(*SWITCH) if switch else None, index_bits=index_bits, table=table)
+                   switch=Endpoint(*SWITCH) if switch else None, index_bits=index_bits, table=table, words=words)
 
 
 def make_ps(*specs, **options):
@@ -349,3 +349,38 @@ def test_fuzz_garbage_is_dropped_counted_and_changes_nothing(draw):
     drops = sum(counts[r] for r in ("malformed", "unregistered", "unexpected", "bad_bitmap", "bad_format"))
     assert drops == garbage and counts["rx"] == len(noisy)
     assert noisy_ps.jobs() == clean_ps.jobs()
+
+
+def test_a_ps_only_job_uses_its_own_words_and_its_packets_are_checked_against_them():
+    big = 40
+    ps = make_ps(make_spec(), make_spec(job=8, switch=False, index_bits=4, table=THC_TABLE, words=big))
+    rng = np.random.default_rng(8)
+    indices = rng.integers(0, 16, size=(4, big * 8))
+    out = []
+    for r in range(4):
+        out += ps.receive([Datagram(data(r, 0, pack_fields(indices[r], 4), job=8, index_bits=4, slot=0), WORKERS[r])], 0.0)
+    expected = pack_fields(np.asarray(THC_TABLE)[indices].sum(axis=0), 8).tolist()
+    assert len(out) == 4 and [d.addr for d in out] == list(WORKERS)
+    header, payload = parse(out[0].data, big)
+    assert (header.kind, header.job, payload.tolist()) == (Kind.RESULT, 8, expected)
+    assert len(expected) == result_words(big, 4, 8) == 2 * big
+    # The PS's own K is a wrong length for job 8 (malformed); job 7 keeps the PS's K.
+    before = ps.counters()["malformed"]
+    assert ps.receive([Datagram(data(0, 1, [1, 2, 3, 4], job=8, index_bits=4, slot=0), WORKERS[0])], 0.0) == []
+    assert ps.counters()["malformed"] == before + 1 and ps.jobs()[1]["pending"] == 0
+    assert len(send(ps, *[(data(r, 0, CONTRIB[r]), SWITCH) for r in range(4)])) == 4
+
+
+def test_a_jobs_own_words_are_refused_with_a_switch_beyond_max_words_or_beyond_a_datagram():
+    ps = ParameterServer(K, max_words=1000)
+    assert ps.config()["max_words"] == 1000 and ps.config()["words"] == K
+    with pytest.raises(ValueError, match="goes through a switch"):
+        ps.register(make_spec(words=8))
+    ps.register(make_spec(job=1, words=K))  # the switch's K, spelled out
+    with pytest.raises(ValueError, match="at most 1000"):
+        ps.register(make_spec(job=2, switch=False, words=1001))
+    with pytest.raises(ValueError, match="more than one UDP datagram"):
+        ParameterServer(K).register(make_spec(switch=False, index_bits=4, table=THC_TABLE, words=9000))
+    with pytest.raises(ValueError, match="max_words"):
+        ParameterServer(K, max_words=K - 1)
+    assert ps.jobs()[0]["job"] == 1 and "words" in ps.jobs()[0]

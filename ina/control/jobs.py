@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
+from ina.protocol.constants import HEADER_LEN, LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
+
+MAX_DATAGRAM = 65507
+"""The largest UDP payload (IPv4): no packet of any job can be longer."""
+MAX_WORDS = (MAX_DATAGRAM - HEADER_LEN) // 4
+"""The most payload words one packet can carry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,8 @@ class JobSpec:
     switch: Endpoint | None = None
     index_bits: int = 0
     table: tuple[int, ...] = field(default=())
+    words: int = 0
+    """K for this job alone (PS-only jobs, docs/protocol.md section 7); 0: the aggregator's K."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.job < 1 << 16:
@@ -73,6 +80,8 @@ class JobSpec:
                 f"{len(self.workers)} workers x table maximum {max(self.table)} overflows {self.lane_bits}-bit lanes; "
                 "use wider lane_bits"
             )
+        if not 0 <= self.words <= MAX_WORDS:
+            raise ValueError(f"words must be 0 (the aggregator's K) or 1..{MAX_WORDS} (one UDP datagram), got {self.words}")
 
     @property
     def fanin(self) -> int:
@@ -87,6 +96,8 @@ class JobSpec:
         body = asdict(self)
         body["workers"] = list(body["workers"])
         body["table"] = list(body["table"])
+        if not self.words:
+            del body["words"]  # absent: the aggregator's K, as before the field existed
         return body
 
     @classmethod
@@ -94,7 +105,7 @@ class JobSpec:
         """Build from a registration body (docs/protocol.md, section 7); ValueError says what is wrong."""
         if not isinstance(body, dict):
             raise ValueError("a job registration is a JSON object")
-        known = {"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table"}
+        known = {"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table", "words"}
         unknown = set(body) - known
         if unknown:
             raise ValueError(f"unknown job fields {sorted(unknown)}; known: {sorted(known)}")
@@ -120,6 +131,7 @@ class JobSpec:
                 switch=optional("switch"),
                 index_bits=int(body.get("index_bits", 0)),
                 table=tuple(int(v) for v in body.get("table", ())),
+                words=int(body.get("words", 0)),
             )
         except TypeError as error:
             raise ValueError(f"bad job registration: {error}") from None

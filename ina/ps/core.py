@@ -21,6 +21,7 @@ from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
 from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
+from ina.ps.limits import MAX_WORDS, check_options, job_words
 
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
 _RESEND = int(Flag.RESEND)
@@ -53,16 +54,11 @@ class ParameterServer:
 
     role = "ps"
 
-    def __init__(self, words: int, *, flush_delay: float = 0.002, piece_timeout: float = 60.0, result_retention: int = 64) -> None:
-        if not 1 <= words <= (65507 - HEADER_LEN) // 4:
-            raise ValueError(f"words (--words) must be 1..{(65507 - HEADER_LEN) // 4} (one UDP datagram), got {words}")
-        if not flush_delay > 0:
-            raise ValueError(f"flush_delay (--flush-delay) must be positive seconds, got {flush_delay}")
-        if not piece_timeout > 0:
-            raise ValueError(f"piece_timeout (--piece-timeout) must be positive seconds, got {piece_timeout}")
-        if result_retention < 1:
-            raise ValueError(f"result_retention (--result-retention) must be at least 1 result per job, got {result_retention}")
+    def __init__(self, words: int, *, flush_delay: float = 0.002, piece_timeout: float = 60.0, result_retention: int = 64,
+                 max_words: int = MAX_WORDS) -> None:  # fmt: skip
+        check_options(words, flush_delay, piece_timeout, result_retention, max_words)
         self.words = words
+        self.max_words = max_words
         self.flush_delay = flush_delay
         self.piece_timeout = piece_timeout
         self.result_retention = result_retention
@@ -71,12 +67,14 @@ class ParameterServer:
         """Heap of FLUSH timers; entries of chunks that completed meanwhile are skipped."""
         self._order = itertools.count()
         self._counts = dict.fromkeys(COUNTERS, 0)
+        self._own_words = 0
+        """Registered jobs with a K of their own: while there are none, every packet is checked against `words`."""
 
     # --- Node -------------------------------------------------------------------------
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
         out: list[Datagram] = []
-        fields = read_headers([d.data for d in datagrams], self.words)
+        fields = self._headers(datagrams)
         lanes = self._lookup(datagrams, fields)
         for i, (datagram, f) in enumerate(zip(datagrams, fields)):
             self._handle(datagram, f, lanes.get(i), now, out)
@@ -113,6 +111,7 @@ class ParameterServer:
         return {
             "role": self.role,
             "words": self.words,
+            "max_words": self.max_words,
             "flush_delay": self.flush_delay,
             "piece_timeout": self.piece_timeout,
             "result_retention": self.result_retention,
@@ -124,9 +123,11 @@ class ParameterServer:
         spec = grant(spec, who)
         if spec.job in self._jobs:
             raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
+        words = job_words(spec, self.words, self.max_words)
         ring = max(4 * spec.window, self.result_retention)
-        state = self._jobs[spec.job] = JobState(spec, self.words, ring)
+        state = self._jobs[spec.job] = JobState(spec, words, ring)
         state.owner = who.name
+        self._own_words += words != self.words
         return {"job": spec.job, "ring": ring}
 
     def deregister(self, job: int) -> None:
@@ -135,6 +136,7 @@ class ParameterServer:
             raise ValueError(f"job {job} is not registered")
         check_owner(caller(), job, state.owner)
         del self._jobs[job]
+        self._own_words -= state.words != self.words
         for chunk in state.pending.values():
             chunk.live = False
 
@@ -150,6 +152,21 @@ class ParameterServer:
 
     # --- packets ----------------------------------------------------------------------
 
+    def _headers(self, datagrams: Sequence[Datagram]) -> list[Header | None]:
+        """Each datagram's header, its length checked against its job's K (the PS's own for a job it does not know)."""
+        packets = [d.data for d in datagrams]
+        if not self._own_words:
+            return read_headers(packets, self.words)
+        groups: dict[int, list[int]] = {}
+        for i, packet in enumerate(packets):
+            job = self._jobs.get(int.from_bytes(packet[4:6], "big")) if len(packet) >= 6 else None
+            groups.setdefault(self.words if job is None else job.words, []).append(i)
+        fields: list[Header | None] = [None] * len(packets)
+        for words, members in groups.items():
+            for i, f in zip(members, read_headers([packets[i] for i in members], words)):
+                fields[i] = f
+        return fields
+
     def _lookup(self, datagrams: Sequence[Datagram], fields: list[Header | None]) -> dict[int, np.ndarray]:
         """Table lanes of every indices DATA in the batch, one vectorized lookup per job."""
         rows: dict[int, list[int]] = {}
@@ -161,8 +178,9 @@ class ParameterServer:
         lanes: dict[int, np.ndarray] = {}
         for job_id, members in rows.items():
             payload = b"".join(datagrams[i].data[HEADER_LEN:] for i in members)
-            words = np.frombuffer(payload, dtype=">u4").reshape(len(members), self.words).astype(np.uint32)
-            lanes.update(zip(members, self._jobs[job_id].table.lanes(words)))
+            job = self._jobs[job_id]
+            words = np.frombuffer(payload, dtype=">u4").reshape(len(members), job.words).astype(np.uint32)
+            lanes.update(zip(members, job.table.lanes(words)))
         return lanes
 
     def _handle(self, datagram: Datagram, f: Header | None, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:

@@ -62,10 +62,12 @@ class Fetch:
 class JobState:
     """One registered job as the PS sees it."""
 
-    __slots__ = ("spec", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest", "owner")
+    __slots__ = ("spec", "words", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest", "owner")
 
     def __init__(self, spec: JobSpec, words: int, ring_capacity: int) -> None:
         self.spec = spec
+        self.words = words
+        """K: the DATA payload words of this job's packets."""
         self.full = spec.full_bitmap
         self.workers: list[Address] = [w.addr for w in spec.workers]
         self.switch: Address | None = spec.switch.addr if spec.switch else None
