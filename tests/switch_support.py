@@ -1,17 +1,30 @@
-"""Packet builders and a small rig shared by the switch tests and the test-vector generator."""
+"""Packet builders and a small rig shared by the switch tests and the test-vector generator, and
+the `path` fixture that runs a switch test on both cores (the Python reference and the native one)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from ina.control import Endpoint, JobSpec
 from ina.net.node import Address, Datagram
 from ina.protocol import Flag, Header, Kind, parse
 from ina.switch import SwitchConfig, SwitchCore
+from ina.switch.native import NativeSwitchCore, native_module, switch_core
 
 HOST = "127.0.0.1"
+NATIVE_BUILT = native_module() is not None
+PATHS = [pytest.param("python"),
+         pytest.param("native", marks=pytest.mark.skipif(not NATIVE_BUILT, reason="the native switch is not built (or INA_NATIVE_PACKETS=0)"))]  # fmt: skip
+"""The switch's two paths, for `pytest.mark.parametrize("path", PATHS)`."""
+
+
+@pytest.fixture(params=PATHS)
+def path(request: pytest.FixtureRequest) -> str:
+    """Each switch core in turn (import this fixture into a test module to use it)."""
+    return request.param
 
 
 def worker_addr(job: int, rank: int) -> Address:
@@ -53,12 +66,13 @@ class Rig:
     words: int = 4
     policy: str = "esa"
     slot_timeout: float = 1.0
-    core: SwitchCore = field(init=False)
+    path: str = "python"
+    core: SwitchCore | NativeSwitchCore = field(init=False)
     bases: dict[int, int] = field(default_factory=dict)
     specs: dict[int, JobSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.core = SwitchCore(SwitchConfig(self.pool, self.words, self.policy, self.slot_timeout))
+        self.core = switch_core(SwitchConfig(self.pool, self.words, self.policy, self.slot_timeout), self.path)
 
     def register(self, spec: JobSpec) -> int:
         self.bases[spec.job] = self.core.register(spec)["slot_base"]

@@ -3,12 +3,13 @@ exact output bytes, slot registers and counters."""
 
 import numpy as np
 import pytest
-from switch_support import Rig, job_spec, ps_addr, worker_addr
+from switch_support import Rig, job_spec, path, ps_addr, worker_addr  # noqa: F401 (path: the fixture running each test on both cores)
 
 from ina.control import Endpoint, JobSpec
 from ina.net.node import Datagram
 from ina.protocol import Header, Kind
-from ina.switch import SwitchConfig, SwitchCore
+from ina.switch import SwitchConfig
+from ina.switch.native import switch_core
 
 
 def key(job, seq, op_max=False):
@@ -21,8 +22,8 @@ def counts(rig, *names):
 
 
 @pytest.fixture
-def rig():
-    r = Rig(pool=8, words=4)
+def rig(path):
+    r = Rig(pool=8, words=4, path=path)
     r.register(job_spec(1, workers=3, window=4))
     return r
 
@@ -45,8 +46,8 @@ def test_completion_sends_the_result_to_every_worker_then_a_copy_to_the_ps_and_f
     assert counts(rig, "claimed", "aggregated", "completed", "tx_packets") == {"claimed": 1, "aggregated": 2, "completed": 1, "tx_packets": 4}
 
 
-def test_a_single_worker_job_completes_at_claim():
-    rig = Rig()
+def test_a_single_worker_job_completes_at_claim(path):
+    rig = Rig(path=path)
     rig.register(job_spec(2, workers=1, window=1))
     out = rig.send(rig.data(2, 0, 0, [9, 8, 7, 6]))
     assert [o.data for o in out] == [rig.result(2, 0, [9, 8, 7, 6])] * 2
@@ -126,11 +127,11 @@ def test_seq_comparisons_wrap_at_2_to_the_32(rig):
 
 
 @pytest.fixture
-def two_jobs():
+def two_jobs(path):
     """Jobs 1 and 2 sharing one slot (pool 1): every chunk of one meets every chunk of the other."""
     rigs = {}
     for policy in ("esa", "atp"):
-        r = Rig(pool=1, words=4, policy=policy)
+        r = Rig(pool=1, words=4, policy=policy, path=path)
         r.register(job_spec(1, workers=2, window=1))
         r.register(job_spec(2, workers=2, window=1, priority_cap=6))
         rigs[policy] = r
@@ -196,8 +197,8 @@ def test_a_flush_of_another_chunk_leaves_the_slot_alone(rig):
     assert rig.slot_state(1, 5)["key"] == key(1, 5) and rig.slot_state(1, 5)["redirect"] == key(1, 5, True)
 
 
-def test_the_idle_sweep_flushes_partials_untouched_for_slot_timeout():
-    rig = Rig(slot_timeout=0.5)
+def test_the_idle_sweep_flushes_partials_untouched_for_slot_timeout(path):
+    rig = Rig(slot_timeout=0.5, path=path)
     rig.register(job_spec(1, workers=2, window=4))
     rig.send(rig.data(1, 0, 0, [3, 3, 3, 3]), now=10.0)
     rig.send(rig.data(1, 0, 1), now=10.2)
@@ -212,8 +213,8 @@ def test_the_idle_sweep_flushes_partials_untouched_for_slot_timeout():
     assert counts(rig, "swept") == {"swept": 1}
 
 
-def test_deregistering_removes_the_table_entry_then_every_slot_and_redirect_of_the_job():
-    rig = Rig(pool=8)
+def test_deregistering_removes_the_table_entry_then_every_slot_and_redirect_of_the_job(path):
+    rig = Rig(pool=8, path=path)
     rig.register(job_spec(1, workers=2, window=4))
     rig.register(job_spec(2, workers=2, window=4))
     rig.send(rig.data(1, 0, 0), rig.data(2, 0, 0), rig.flush(1, 1))
@@ -255,13 +256,13 @@ def test_invalid_packets_are_dropped_by_reason_and_change_nothing(rig):
 
 def test_a_batch_is_the_same_as_its_packets_one_at_a_time(rig):
     packets = [rig.data(1, r, s, resend=(s == 2 and r == 0)) for s in range(3) for r in (0, 1, 0, 2)]
-    one_by_one = Rig(pool=8, words=4)
+    one_by_one = Rig(pool=8, words=4, path=rig.path)
     one_by_one.register(job_spec(1, workers=3, window=4))
     assert rig.send(*packets) == [o for p in packets for o in one_by_one.send(p)]
 
 
-def test_registration_assigns_slot_bases_that_spread_windows_over_the_pool():
-    core = SwitchCore(SwitchConfig(pool=16, words=4))
+def test_registration_assigns_slot_bases_that_spread_windows_over_the_pool(path):
+    core = switch_core(SwitchConfig(pool=16, words=4), path)
     bases = [core.register(job_spec(j, workers=2, window=4))["slot_base"] for j in range(3)]
     assert bases == [0, 4, 8]
     core.deregister(1)
@@ -280,8 +281,8 @@ def test_registration_assigns_slot_bases_that_spread_windows_over_the_pool():
         ({"workers": (Endpoint("localhost", 9000),)}, "numeric IPv4"),
     ],
 )
-def test_registration_errors_say_what_to_change(change, message):
-    core = SwitchCore(SwitchConfig(pool=8, words=4))
+def test_registration_errors_say_what_to_change(change, message, path):
+    core = switch_core(SwitchConfig(pool=8, words=4), path)
     body = job_spec(1, workers=2, window=4).to_json() | {k: v for k, v in change.items()}
     body = {k: (list(v) if isinstance(v, tuple) else v) for k, v in body.items()}
     body["workers"] = [w if isinstance(w, dict) else {"host": w.host, "port": w.port} for w in body["workers"]]

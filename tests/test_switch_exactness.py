@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from switch_support import Rig, job_spec, ps_addr, worker_addr
+from switch_support import PATHS, Rig, job_spec, path, ps_addr, worker_addr  # noqa: F401 (path: each test on both cores)
 
 from ina.net.node import Address, Datagram
 from ina.protocol import Kind, parse
@@ -133,10 +133,11 @@ class Worker:
             self.delivered[header.seq] = payload.astype(np.uint32)
 
 
-def simulate(policy: str, seed: int, drop: float, duplicate: float, garbage: float = 0.0, chunks: int = 25) -> tuple[Rig, MiniPS, list[Worker]]:
-    """Run three jobs to completion over a lossy, reordering network; returns the actors."""
+def simulate(policy: str, seed: int, drop: float, duplicate: float, garbage: float = 0.0, chunks: int = 25,
+             path: str = "python") -> tuple[Rig, MiniPS, list[Worker]]:  # fmt: skip
+    """Run three jobs to completion over a lossy, reordering network, through the switch core on `path`; returns the actors."""
     rng = np.random.default_rng(seed)
-    rig = Rig(pool=4, words=WORDS, policy=policy, slot_timeout=0.02)
+    rig = Rig(pool=4, words=WORDS, policy=policy, slot_timeout=0.02, path=path)
     for job, workers, window in ((1, 2, 2), (2, 3, 3), (3, 4, 2)):
         rig.register(job_spec(job, workers=workers, window=window, lane_bits=32))
     ps = MiniPS(rig)
@@ -202,8 +203,8 @@ def expected(worker: Worker, seq: int, workers: list[Worker]) -> np.ndarray:
 
 @pytest.mark.parametrize("policy", ["esa", "atp"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_every_chunk_completes_exactly_under_contention_loss_and_reordering(policy, seed):
-    rig, ps, workers = simulate(policy, seed, drop=0.05, duplicate=0.05)
+def test_every_chunk_completes_exactly_under_contention_loss_and_reordering(policy, seed, path):
+    rig, ps, workers = simulate(policy, seed, drop=0.05, duplicate=0.05, path=path)
     for w in workers:
         assert len(w.delivered) == w.chunks, f"job {w.job} rank {w.rank} got {len(w.delivered)} of {w.chunks} results"
         for seq, result in w.delivered.items():
@@ -217,8 +218,8 @@ def test_every_chunk_completes_exactly_under_contention_loss_and_reordering(poli
         assert counters["preempted"] == 0
 
 
-def test_garbage_is_dropped_and_counted_and_aggregation_stays_exact():
-    rig, ps, workers = simulate("esa", seed=7, drop=0.02, duplicate=0.02, garbage=0.3)
+def test_garbage_is_dropped_and_counted_and_aggregation_stays_exact(path):
+    rig, ps, workers = simulate("esa", seed=7, drop=0.02, duplicate=0.02, garbage=0.3, path=path)
     for w in workers:
         assert len(w.delivered) == w.chunks
         for seq, result in w.delivered.items():
@@ -228,10 +229,11 @@ def test_garbage_is_dropped_and_counted_and_aggregation_stays_exact():
     assert counters["rx_packets"] == sum(counters[name] for name in OUTCOMES)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=300), st.integers(1, 65535)), max_size=30))
-def test_random_bytes_from_strangers_never_crash_and_change_nothing(datagrams):
-    rig = Rig(pool=4, words=WORDS)
+@given(datagrams=st.lists(st.tuples(st.binary(max_size=300), st.integers(1, 65535)), max_size=30))
+def test_random_bytes_from_strangers_never_crash_and_change_nothing(path, datagrams):
+    rig = Rig(pool=4, words=WORDS, path=path)
     rig.register(job_spec(1, workers=2, window=2))
     rig.send(rig.data(1, 0, 1))
     before = rig.core.slots.registers()

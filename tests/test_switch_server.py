@@ -1,6 +1,7 @@
 """The switch server on 127.0.0.1: control API, two workers aggregating over UDP, fault
 injection, and the CLI's start-up errors and clean shutdown."""
 
+import os
 import re
 import signal
 import socket
@@ -10,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from switch_support import NATIVE_BUILT, path  # noqa: F401 (path: the fixture running a test on both cores)
 
 from ina.control import Endpoint, JobSpec
 from ina.control.http import ControlClient, ControlError
@@ -33,8 +35,9 @@ def data(job: int, rank: int, seq: int, slot: int, values: list[int]) -> bytes:
 
 
 @pytest.fixture
-def server():
-    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK) as s:
+def server(path):
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK, path=path) as s:
+        assert s.path == path
         s.start()
         yield s
 
@@ -70,8 +73,8 @@ def test_two_workers_aggregate_through_the_udp_server_registered_over_http(serve
         s.close()
 
 
-def test_fault_injection_is_applied_and_counted():
-    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK, Faults(drop=0.5, seed=1)) as server:
+def test_fault_injection_is_applied_and_counted(path):
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK, Faults(drop=0.5, seed=1), path=path) as server:
         server.start()
         sender = bound()
         for _ in range(200):
@@ -97,6 +100,11 @@ def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ina.switch", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def path_environment(path: str) -> dict[str, str]:
+    """The environment that makes `ina switch` run `path` (the native path is the default where built)."""
+    return {k: v for k, v in os.environ.items() if k != "INA_NATIVE_PACKETS"} | ({"INA_NATIVE_PACKETS": "0"} if path == "python" else {})
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -113,12 +121,14 @@ def test_the_cli_refuses_a_bad_configuration_at_start(args, message):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_the_cli_serves_until_a_signal_then_stops_cleanly(signum):
+def test_the_cli_serves_until_a_signal_then_stops_cleanly(signum, path):
     process = subprocess.Popen([sys.executable, "-m", "ina.switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
-                                "--pool", "16", "--policy", "atp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                                "--pool", "16", "--policy", "atp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=path_environment(path))  # fmt: skip
     try:
         banner = process.stdout.readline()
-        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy atp", banner)
+        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy atp, "
+                          rf"packets {path}$", banner)
         assert match, banner
         assert ControlClient("127.0.0.1", int(match.group(2))).config()["policy"] == "atp"
         process.send_signal(signum)
@@ -139,3 +149,14 @@ def test_the_subcommand_plugs_into_a_parent_cli():
     args = parser.parse_args(["switch", "--pool", "8", "--policy", "atp", "--drop", "0.01", "--fault-seed", "3"])
     assert (args.command, args.pool, args.policy, args.drop, args.fault_seed) == ("switch", 8, "atp", 0.01, 3)
     assert cli.run(parser.parse_args(["switch", "--pool", "12"])) == 2  # refused before binding anything
+
+
+def test_the_cli_help_says_how_to_choose_the_path():
+    done = run_cli("--help")
+    assert "INA_NATIVE_PACKETS=0" in " ".join(done.stdout.split())
+
+
+@pytest.mark.skipif(not NATIVE_BUILT, reason="the native switch is not built")
+def test_the_native_path_is_the_default_where_it_built():
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK) as server:
+        assert server.path == "native" and type(server.runner).__name__ == "NativeRunner"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from control_support import spec
-from switch_support import Rig, job_spec
+from switch_support import Rig, job_spec, path  # noqa: F401 (path: the fixture running a test on both cores)
 
 from ina.sim.cluster import Cluster
 from ina.switch.state import Jobs
@@ -32,8 +32,8 @@ def test_shared_pools_keep_their_registration_as_before():
     assert (entry.span, entry.slots) == (None, 5) and "span" not in entry.to_json()
 
 
-def test_a_static_job_cycles_through_its_own_partition_and_slot_checks_use_its_span():
-    rig = Rig(pool=16, words=4, policy="static")
+def test_a_static_job_cycles_through_its_own_partition_and_slot_checks_use_its_span(path):
+    rig = Rig(pool=16, words=4, policy="static", path=path)
     answers = [rig.core.register(job_spec(job, workers=2, window=4)) for job in (1, 2)]
     assert [(a["slot_base"], a["span"]) for a in answers] == [(0, 4), (4, 4)]
     rig.specs = {1: job_spec(1, workers=2, window=4), 2: job_spec(2, workers=2, window=4)}

@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from switch_support import path  # noqa: F401 (the fixture replaying each vector on both cores)
 
 from ina.control import JobSpec
 from ina.net.node import Datagram
-from ina.switch import SwitchConfig, SwitchCore
+from ina.switch import SwitchConfig
+from ina.switch.native import switch_core
 
 VECTORS = Path(__file__).parent / "vectors"
 FILES = sorted(VECTORS.glob("switch_*.json"))
@@ -27,10 +29,10 @@ def test_the_vectors_cover_every_scenario_the_spec_names():
             "stale", "flush", "drops", "max", "sweep"} <= names  # fmt: skip
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_replaying_a_vector_gives_exactly_its_output_packets_counters_and_slots(path):
-    vector = json.loads(path.read_text())
-    core = SwitchCore(SwitchConfig(**vector["config"]))
+@pytest.mark.parametrize("vector_file", FILES, ids=[f.stem for f in FILES])
+def test_replaying_a_vector_gives_exactly_its_output_packets_counters_and_slots(vector_file, path):
+    vector = json.loads(vector_file.read_text())
+    core = switch_core(SwitchConfig(**vector["config"]), path)
     for job in vector["jobs"]:
         spec = JobSpec.from_json({k: v for k, v in job.items() if k != "slot_base"})
         assert core.register(spec)["slot_base"] == job["slot_base"]
@@ -43,8 +45,9 @@ def test_replaying_a_vector_gives_exactly_its_output_packets_counters_and_slots(
         assert [{"dst": "%s:%d" % d.addr, "hex": d.data.hex()} for d in out] == step["output"], f"step {number}: {step['note']}"
     assert core.counters() == vector["counters"]
     assert all(core.counters()[name] == value for name, value in vector["expect"].items())
-    held = [s for s in range(core.settings.pool) if core.slots.key[s] or core.slots.redirect[s]]
-    assert [{"slot": s} | core.slots.describe(s) for s in held] == vector["slots"]
+    slots = core.slots
+    held = [s for s in range(core.settings.pool) if slots.key[s] or slots.redirect[s]]
+    assert [{"slot": s} | slots.describe(s) for s in held] == vector["slots"]
 
 
 def test_the_checked_in_vectors_are_what_the_generator_writes_now():

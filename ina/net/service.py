@@ -35,14 +35,17 @@ def bind_or_explain(open_server: Callable[[], T], address: Address, option: str)
 
 class Service:
     """`node` served on `listen` (UDP), and the subclass's ControlTarget API on `control` (HTTP),
-    open to whom `access` allows (default: `Access.from_environment()`)."""
+    open to whom `access` allows (default: `Access.from_environment()`). `bind` opens the packet
+    runner on an address instead of a `UdpRunner` of `node` (a native core's `NativeRunner`)."""
 
     role = "service"
 
-    def __init__(self, node: Node, listen: Address, control: Address, batch: int, access: Access | None = None) -> None:
+    def __init__(self, node: Node, listen: Address, control: Address, batch: int, access: Access | None = None,
+                 bind: Callable[[Address], Any] | None = None) -> None:  # fmt: skip
         if batch < 1:
             raise ValueError(f"--batch must be at least 1, got {batch}")
-        self.runner = bind_or_explain(lambda: UdpRunner.bind(node, listen, batch=batch), listen, "--listen")
+        open_runner = bind or (lambda address: UdpRunner.bind(node, address, batch=batch))
+        self.runner = bind_or_explain(lambda: open_runner(listen), listen, "--listen")
         try:
             self.control = bind_or_explain(lambda: ControlServer(self, *control, access=access), control, "--control")
         except ValueError:

@@ -15,6 +15,9 @@ from ina.switch.config import POLICIES, SwitchConfig
 from ina.switch.server import Faults, SwitchServer
 
 DESCRIPTION = "Run the ina switch (software, or the P4 program on BMv2): in-network aggregation over UDP, with a JSON/HTTP control API."
+EPILOG = ("The software switch runs its native data plane (C, ina/switch/_native.c) wherever it was built, else the "
+          "Python reference with a warning; INA_NATIVE_PACKETS=0 in the environment forces the Python reference. "
+          "The start-up line says which runs ('packets native' or 'packets python').")  # fmt: skip
 TARGETS = ("software", "bmv2")
 
 
@@ -47,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `switch` as a subcommand of the `ina` CLI; dispatch to `run(args)`."""
-    return configure(subparsers.add_parser("switch", help="run the software switch", description=DESCRIPTION))
+    return configure(subparsers.add_parser("switch", help="run the software switch", description=DESCRIPTION, epilog=EPILOG))
 
 
 def register(subcommands: Any) -> None:
@@ -96,11 +99,12 @@ def run(args: argparse.Namespace) -> int:
     def describe(server: Any) -> str:
         config = server.switch.settings if args.target == "bmv2" else server.core.settings
         target = "BMv2, " if args.target == "bmv2" else ""
-        return f"{target}pool {config.pool}, words {config.words}, policy {config.policy}"
+        path = "" if args.target == "bmv2" else f", packets {server.path}"
+        return f"{target}pool {config.pool}, words {config.words}, policy {config.policy}{path}"
 
     return run_service("switch", lambda: build(args), describe)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = configure(argparse.ArgumentParser(prog="python -m ina.switch", description=DESCRIPTION))
+    parser = configure(argparse.ArgumentParser(prog="python -m ina.switch", description=DESCRIPTION, epilog=EPILOG))
     return run(parser.parse_args(argv))

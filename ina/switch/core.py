@@ -128,7 +128,7 @@ class SwitchCore:
     def register(self, spec: JobSpec) -> dict[str, Any]:
         with self._lock:
             entry = self.table.add(spec)
-        return {"job": spec.job, "slot_base": entry.slot_base, "span": entry.span or self.settings.pool}
+        return entry.answer(self.settings.pool)
 
     def deregister(self, job: int) -> None:
         """Table entry first (its packets are then unregistered), then its slots and redirects."""

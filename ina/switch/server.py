@@ -8,10 +8,11 @@ from typing import Any
 from ina.control import JobSpec
 from ina.control.auth import Access
 from ina.net.faults import FaultInjector, FaultyNode
+from ina.net.native import NativeRunner
 from ina.net.node import Address
 from ina.net.service import Service
 from ina.switch.config import SwitchConfig
-from ina.switch.core import SwitchCore
+from ina.switch.native import NativeSwitchCore, switch_core
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,21 +33,27 @@ class Faults:
 
 
 class SwitchServer(Service):
-    """`SwitchCore` served on `listen` (UDP) and its control API on `control` (HTTP).
+    """The switch core served on `listen` (UDP) and its control API on `control` (HTTP).
 
     It is itself the control API's target: the core's job table, plus fault and I/O counters.
+    `path` picks the core (`ina.switch.native.switch_core`): the native one, served by
+    `NativeRunner` with the GIL released, wherever it built (None), or the Python reference.
     `batch` caps the datagrams per core call; a call takes only what has arrived, so a
     lightly loaded switch answers packet by packet and a busy one amortizes over large batches.
+    Fault injection wraps the core in Python (`FaultyNode`), served by `UdpRunner` on either path.
     """
 
     role = "switch"
 
     def __init__(self, config: SwitchConfig, listen: Address, control: Address, faults: Faults = Faults(), batch: int = 1024,
-                 access: Access | None = None) -> None:  # fmt: skip
-        self.core = SwitchCore(config)
+                 access: Access | None = None, path: str | None = None) -> None:  # fmt: skip
+        self.core = switch_core(config, path, messages=min(batch, 64))
+        self.path = "native" if isinstance(self.core, NativeSwitchCore) else "python"
         self.faults = faults
         self._faulty = FaultyNode(self.core, *faults.injectors()) if any((faults.drop, faults.duplicate, faults.reorder)) else None
-        super().__init__(self._faulty or self.core, listen, control, batch, access)
+        native = self.core if isinstance(self.core, NativeSwitchCore) and self._faulty is None else None
+        bind = (lambda address: NativeRunner.bind(native, address)) if native is not None else None
+        super().__init__(self._faulty or self.core, listen, control, batch, access, bind)
 
     # -- ControlTarget -----------------------------------------------------------------------
 

@@ -93,6 +93,10 @@ class JobEntry:
     slots: int = 0
     owner: str | None = None
 
+    def answer(self, pool: int) -> dict[str, Any]:
+        """What a registration answers (docs/protocol.md, section 7): the slots the job was given."""
+        return {"job": self.spec.job, "slot_base": self.slot_base, "span": self.span or pool}
+
     def to_json(self) -> dict:
         """The spec and slot_base; `span` where it is not the whole pool (static), `owner` and the
         `slots` it holds where a tenant registered it."""

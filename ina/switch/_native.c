@@ -1,0 +1,473 @@
+/* The software switch's per-packet algorithm (docs/protocol.md, section 5) in C: `ina.switch._native`.
+ *
+ * The twin of ina/switch/core.py (`SwitchCore`), one packet at a time in arrival order, which the
+ * Python core's batches equal (tests/test_switch_batch.py): the same output packets, counters and
+ * slot registers. The job table stays in Python (ina/switch/state.py `Jobs`: registration checks,
+ * policy, slot_base and partition choice, tokens and quotas); ina/switch/native.py pushes what the
+ * data plane needs of it here with `set_jobs`, under the loop's lock.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "ina_wire.h"
+#include "ina_udp.h"
+#include "ina_pynode.h"
+
+/* In the order of ina/switch/core.py COUNTERS (native.py checks the names). */
+#define COUNTER_NAMES                                                                                                  \
+    X(RX, "rx_packets") X(TX, "tx_packets") X(MALFORMED, "malformed") X(UNEXPECTED, "unexpected")                       \
+    X(UNREGISTERED, "unregistered") X(BAD_SLOT, "bad_slot") X(BAD_FORMAT, "bad_format") X(DUPLICATE, "duplicate")     \
+    X(CLAIMED, "claimed") X(AGGREGATED, "aggregated") X(COMPLETED, "completed") X(PREEMPTED, "preempted")             \
+    X(COLLISION, "collision") X(REDIRECTED, "redirected") X(RESEND_FORWARDED, "resend_forwarded")                     \
+    X(STRAGGLER, "straggler") X(FLUSHED, "flushed") X(STALE, "stale") X(FLUSH_REQUESTS, "flush_requests")             \
+    X(FLUSH_HITS, "flush_hits") X(SWEPT, "swept")
+
+#define X(id, name) C_##id,
+enum { COUNTER_NAMES C_COUNT };
+#undef X
+#define X(id, name) name,
+static const char *const counter_names[] = {COUNTER_NAMES};
+#undef X
+
+enum { POLICY_ESA = 0, POLICY_ATP = 1, POLICY_STATIC = 2 };
+
+/* A chunk key as ina/switch/state.py packs it: valid | op << 48 | job << 32 | seq; 0 is "none". */
+#define KEY_VALID ((uint64_t)1 << 49)
+static inline uint64_t make_key(uint16_t job, uint32_t seq, int op) {
+    return KEY_VALID | (uint64_t)(op != 0) << 48 | (uint64_t)job << 32 | seq;
+}
+static inline uint16_t key_job(uint64_t key) { return (uint16_t)(key >> 32); }
+static inline uint32_t key_seq(uint64_t key) { return (uint32_t)key; }
+static inline int key_op(uint64_t key) { return (int)(key >> 48 & 1); }
+
+/* One registered job as the data plane sees it (`set_jobs` words, in this order). */
+typedef struct {
+    uint32_t job, fanin, slot_base, span_mask, lane_bits, priority_cap;
+    ina_addr ps;
+    ina_addr workers[INA_MAX_WORKERS];
+    uint32_t full;
+} job_row;
+enum { JOB_WORDS = 8 + 2 * INA_MAX_WORKERS };
+
+typedef struct {
+    PyObject_HEAD ina_loop loop;
+    ina_node node;
+    int looped; /* loop initialized: dealloc frees it */
+    uint32_t pool, words, policy;
+    double slot_timeout;
+    /* the slot registers */
+    uint64_t *key, *redirect;
+    uint32_t *bitmap, *prio, *value; /* value: pool * words */
+    double *touched;
+    /* the job table */
+    int32_t index[1 << 16]; /* job id -> row, or -1 */
+    job_row *rows;
+    size_t jobs;
+    uint64_t count[C_COUNT];
+    uint8_t *scratch; /* one RESULT or PARTIAL being built */
+} Switch;
+
+/* ------------------------------------------------------------------ the algorithm */
+
+/* Queue `length` bytes of sw->scratch to `to` (an allocation failure drops it uncounted). */
+static void send_scratch(Switch *sw, ina_addr to, size_t length, ina_tx *tx) {
+    uint8_t *p = ina_tx_add(tx, to, length);
+    if (!p) return;
+    memcpy(p, sw->scratch, length);
+    sw->count[C_TX]++;
+}
+
+/* Slot s's chunk (`key`) as a RESULT to every worker of its job then its PS, or as a PARTIAL
+ * (bitmap, sums, priority) to its PS. */
+static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_tx *tx) {
+    const job_row *row = &sw->rows[sw->index[key_job(key)]];
+    int op = key_op(key);
+    ina_header h = {
+        .kind = (uint8_t)kind, .flags = op ? INA_FLAG_MAX : 0, .rank = 0,
+        .priority = kind == INA_PARTIAL ? (uint8_t)sw->prio[s] : 0, .index_bits = 0,
+        .lane_bits = (uint8_t)(op ? 32 : row->lane_bits), .job = key_job(key), .slot = (uint16_t)s,
+        .seq = key_seq(key), .bitmap = sw->bitmap[s],
+    };
+    ina_write_header(sw->scratch, &h);
+    ina_store_words(sw->scratch + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->words);
+    size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->words;
+    if (kind == INA_RESULT)
+        for (uint32_t r = 0; r < row->fanin; r++) send_scratch(sw, row->workers[r], length, tx);
+    send_scratch(sw, row->ps, length, tx);
+}
+
+/* The packet unchanged to its job's PS. */
+static void forward(Switch *sw, const job_row *row, const uint8_t *data, size_t length, ina_tx *tx) {
+    uint8_t *p = ina_tx_add(tx, row->ps, length);
+    if (!p) return;
+    memcpy(p, data, length);
+    sw->count[C_TX]++;
+}
+
+/* Add (or take the maximum of) a payload into slot s, or start it there (`claim`); complete when full. */
+static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int claim, uint32_t bit, uint32_t prio,
+                  const uint8_t *payload, double now, ina_tx *tx) {
+    uint32_t *value = sw->value + (size_t)s * sw->words, words = sw->words;
+    if (claim) {
+        ina_load_words(value, payload, words);
+        sw->bitmap[s] = bit, sw->prio[s] = prio;
+    } else {
+        if (key_op(key)) {
+            for (uint32_t i = 0; i < words; i++) {
+                uint32_t v = ina_load32(payload + 4 * i);
+                value[i] = v > value[i] ? v : value[i];
+            }
+        } else {
+            for (uint32_t i = 0; i < words; i++) value[i] += ina_load32(payload + 4 * i);
+        }
+        sw->bitmap[s] |= bit;
+        if (prio > sw->prio[s]) sw->prio[s] = prio;
+    }
+    sw->key[s] = key, sw->touched[s] = now;
+    if (sw->bitmap[s] == row->full) {
+        send_slot(sw, INA_RESULT, s, key, tx);
+        sw->key[s] = 0;
+        sw->count[C_COMPLETED]++;
+    }
+}
+
+/* A DATA packet that passed every check: the branches of section 5, "Per-packet algorithm". */
+static void data_packet(Switch *sw, const job_row *row, const ina_header *h, uint64_t key, const uint8_t *data,
+                        size_t length, double now, ina_tx *tx) {
+    uint32_t s = h->slot, bit = (uint32_t)1 << h->rank;
+    uint32_t prio = h->priority < row->priority_cap ? h->priority : row->priority_cap;
+    int resend = (h->flags & INA_FLAG_RESEND) != 0;
+    const uint8_t *payload = data + INA_HEADER_BYTES;
+    uint64_t held = sw->key[s];
+    if (key == sw->redirect[s]) { /* 1: redirected */
+        forward(sw, row, data, length, tx);
+        sw->count[C_REDIRECTED]++;
+    } else if (held == key) { /* 2: same chunk */
+        if (!(sw->bitmap[s] & bit)) {
+            merge(sw, row, s, key, 0, bit, prio, payload, now, tx);
+            sw->count[C_AGGREGATED]++;
+        } else if (resend) { /* a RESEND of a held contribution flushes the slot */
+            send_slot(sw, INA_PARTIAL, s, held, tx);
+            sw->key[s] = 0, sw->redirect[s] = key;
+            sw->count[C_FLUSHED]++;
+        } else {
+            sw->count[C_DUPLICATE]++;
+        }
+    } else if (held == 0) { /* 3: free slot */
+        if (resend) {
+            forward(sw, row, data, length, tx);
+            sw->count[C_RESEND_FORWARDED]++;
+        } else {
+            sw->count[C_CLAIMED]++;
+            merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
+        }
+    } else if (key_job(held) == h->job) { /* 4: another chunk of the same job */
+        uint32_t age = h->seq - key_seq(held);
+        if (!resend && age != 0 && age < (uint32_t)1 << 31) { /* a stale partial: to the PS, then claim */
+            send_slot(sw, INA_PARTIAL, s, held, tx);
+            sw->count[C_STALE]++, sw->count[C_CLAIMED]++;
+            merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
+        } else {
+            forward(sw, row, data, length, tx);
+            sw->count[resend ? C_RESEND_FORWARDED : C_STRAGGLER]++;
+        }
+    } else if (resend) { /* 5: another job's chunk */
+        forward(sw, row, data, length, tx);
+        sw->count[C_RESEND_FORWARDED]++;
+    } else if (sw->policy == POLICY_ESA && prio > sw->prio[s] && row->fanin > 1) { /* preempt */
+        send_slot(sw, INA_PARTIAL, s, held, tx);
+        sw->redirect[s] = held;
+        sw->count[C_PREEMPTED]++, sw->count[C_CLAIMED]++;
+        merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
+    } else { /* collision */
+        forward(sw, row, data, length, tx);
+        sw->redirect[s] = key;
+        sw->count[C_COLLISION]++;
+    }
+}
+
+/* ina_node.receive: the checks of section 5 in order, each failure dropped and counted. */
+static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr source, double now, ina_tx *tx) {
+    Switch *sw = self;
+    sw->count[C_RX]++;
+    ina_header h;
+    if (!ina_parse(data, length, sw->words, &h)) {
+        sw->count[C_MALFORMED]++;
+        return;
+    }
+    int is_data = h.kind == INA_DATA;
+    if (!is_data && h.kind != INA_FLUSH) {
+        sw->count[C_UNEXPECTED]++;
+        return;
+    }
+    int32_t r = sw->index[h.job];
+    const job_row *row = r >= 0 ? &sw->rows[r] : NULL; /* a DATA's rank is below 32 (ina_parse) */
+    if (!row || (is_data && h.rank >= row->fanin) || !ina_addr_eq(source, is_data ? row->workers[h.rank] : row->ps)) {
+        sw->count[C_UNREGISTERED]++;
+        return;
+    }
+    if (h.slot != ((row->slot_base + (h.seq & row->span_mask)) & (sw->pool - 1))) {
+        sw->count[C_BAD_SLOT]++;
+        return;
+    }
+    int op = (h.flags & INA_FLAG_MAX) != 0;
+    if (is_data && (h.index_bits != 0 || h.lane_bits != (op ? 32u : row->lane_bits))) {
+        sw->count[C_BAD_FORMAT]++;
+        return;
+    }
+    uint64_t key = make_key(h.job, h.seq, op);
+    if (is_data) {
+        data_packet(sw, row, &h, key, data, length, now, tx);
+        return;
+    }
+    sw->count[C_FLUSH_REQUESTS]++; /* FLUSH from the job's PS */
+    if (sw->key[h.slot] == key) {
+        send_slot(sw, INA_PARTIAL, h.slot, key, tx);
+        sw->key[h.slot] = 0;
+        sw->count[C_FLUSH_HITS]++;
+    }
+    sw->redirect[h.slot] = key;
+}
+
+/* ina_node.tick: the idle sweep, every partial untouched for slot_timeout to its PS, by slot. */
+static void sw_tick(void *self, double now, ina_tx *tx) {
+    Switch *sw = self;
+    for (uint32_t s = 0; s < sw->pool; s++) {
+        uint64_t key = sw->key[s];
+        if (key && now - sw->touched[s] >= sw->slot_timeout) {
+            send_slot(sw, INA_PARTIAL, s, key, tx);
+            sw->redirect[s] = key, sw->key[s] = 0;
+            sw->count[C_SWEPT]++;
+        }
+    }
+}
+
+static double sw_next_deadline(void *self) {
+    Switch *sw = self;
+    double oldest = INFINITY;
+    for (uint32_t s = 0; s < sw->pool; s++)
+        if (sw->key[s] && sw->touched[s] < oldest) oldest = sw->touched[s];
+    return oldest + sw->slot_timeout;
+}
+
+/* ------------------------------------------------------------------ the Python type */
+
+static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"pool", "words", "policy", "slot_timeout", "messages", NULL};
+    unsigned pool, words, policy, messages = 64;
+    double slot_timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIId|I", names, &pool, &words, &policy, &slot_timeout, &messages))
+        return -1;
+    if (self->looped) {
+        PyErr_SetString(PyExc_RuntimeError, "a native switch is initialized once");
+        return -1;
+    }
+    if (pool < 1 || pool > 1 << 16 || (pool & (pool - 1)) || words < 1 || words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 ||
+        policy > POLICY_STATIC || !(slot_timeout > 0) || messages < 1) {
+        PyErr_SetString(PyExc_ValueError, "pool must be a power of two <= 65536, words fit a datagram, policy 0..2, "
+                                          "slot_timeout > 0, messages >= 1");
+        return -1;
+    }
+    self->pool = pool, self->words = words, self->policy = policy, self->slot_timeout = slot_timeout;
+    self->key = calloc(pool, sizeof *self->key), self->redirect = calloc(pool, sizeof *self->redirect);
+    self->bitmap = calloc(pool, sizeof *self->bitmap), self->prio = calloc(pool, sizeof *self->prio);
+    self->value = calloc((size_t)pool * words, sizeof *self->value), self->touched = calloc(pool, sizeof *self->touched);
+    self->scratch = malloc(INA_HEADER_BYTES + 4 * (size_t)words);
+    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched || !self->scratch) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t j = 0; j < 1 << 16; j++) self->index[j] = -1;
+    if (ina_loop_init(&self->loop, messages) < 0) {
+        PyErr_SetString(PyExc_MemoryError, self->loop.error);
+        ina_loop_free(&self->loop);
+        return -1;
+    }
+    self->looped = 1;
+    self->node = (ina_node){self, sw_receive, sw_tick, sw_next_deadline};
+    return 0;
+}
+
+static void Switch_dealloc(Switch *self) {
+    if (self->looped) ina_loop_free(&self->loop);
+    free(self->key), free(self->redirect), free(self->bitmap), free(self->prio), free(self->value), free(self->touched);
+    free(self->scratch), free(self->rows);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ready(Switch *self) {
+    if (self->looped) return 1;
+    PyErr_SetString(PyExc_RuntimeError, "the native switch is not initialized");
+    return 0;
+}
+
+/* A job's JOB_WORDS words into a row, or 0 with a ValueError (native.py sends only valid jobs). */
+static int read_row(const Switch *self, const uint32_t *w, job_row *row) {
+    memset(row, 0, sizeof *row);
+    row->job = w[0], row->fanin = w[1], row->slot_base = w[2], row->span_mask = w[3], row->lane_bits = w[4];
+    row->priority_cap = w[5], row->ps = (ina_addr){w[6], (uint16_t)w[7]};
+    for (unsigned r = 0; r < INA_MAX_WORKERS; r++) row->workers[r] = (ina_addr){w[8 + 2 * r], (uint16_t)w[9 + 2 * r]};
+    row->full = row->fanin >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << row->fanin) - 1;
+    uint32_t span = row->span_mask + 1;
+    if (row->job > 0xFFFF || row->fanin < 1 || row->fanin > INA_MAX_WORKERS || row->slot_base >= self->pool ||
+        span == 0 || span > self->pool || (span & row->span_mask) || !ina_lane_width_ok(row->lane_bits) ||
+        row->priority_cap > 255 || w[7] > 0xFFFF || self->index[row->job] != -1) {
+        PyErr_Format(PyExc_ValueError, "job row for job %u is not a valid registration (or a duplicate)", row->job);
+        return 0;
+    }
+    return 1;
+}
+
+/* set_jobs(table, forget): replace the job table by `table` (JOB_WORDS native-order uint32 per
+ * job), then, if forget >= 0, invalidate every slot and redirect holding job `forget`. */
+static PyObject *Switch_set_jobs(Switch *self, PyObject *args) {
+    Py_buffer table;
+    int forget;
+    if (!ready(self) || !PyArg_ParseTuple(args, "y*i", &table, &forget)) return NULL;
+    size_t count = (size_t)table.len / (4 * JOB_WORDS);
+    job_row *rows = NULL;
+    if ((size_t)table.len != count * 4 * JOB_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "the job table is not a whole number of rows");
+        goto fail;
+    }
+    rows = calloc(count ? count : 1, sizeof *rows);
+    if (!rows) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    ina_py_lock(&self->loop);
+    int32_t *old = malloc(sizeof self->index);
+    if (!old) {
+        ina_py_unlock(&self->loop);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(old, self->index, sizeof self->index);
+    for (size_t j = 0; j < 1 << 16; j++) self->index[j] = -1;
+    for (size_t i = 0; i < count; i++) {
+        if (!read_row(self, (const uint32_t *)table.buf + i * JOB_WORDS, &rows[i])) {
+            memcpy(self->index, old, sizeof self->index); /* nothing changes */
+            free(old);
+            ina_py_unlock(&self->loop);
+            goto fail;
+        }
+        self->index[rows[i].job] = (int32_t)i;
+    }
+    free(old);
+    free(self->rows);
+    self->rows = rows, self->jobs = count;
+    if (forget >= 0) {
+        for (uint32_t s = 0; s < self->pool; s++) {
+            if (self->key[s] && key_job(self->key[s]) == forget) self->key[s] = 0;
+            if (self->redirect[s] && key_job(self->redirect[s]) == forget) self->redirect[s] = 0;
+        }
+    }
+    ina_py_unlock(&self->loop);
+    PyBuffer_Release(&table);
+    Py_RETURN_NONE;
+fail:
+    free(rows);
+    PyBuffer_Release(&table);
+    return NULL;
+}
+
+static PyObject *Switch_counters(Switch *self, PyObject *unused) {
+    (void)unused;
+    if (!ready(self)) return NULL;
+    uint64_t count[C_COUNT];
+    ina_py_lock(&self->loop);
+    memcpy(count, self->count, sizeof count);
+    ina_py_unlock(&self->loop);
+    PyObject *out = PyTuple_New(C_COUNT);
+    for (int i = 0; out && i < C_COUNT; i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong(count[i]);
+        if (!n) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, i, n);
+    }
+    return out;
+}
+
+/* registers(): copies of (key, prio, bitmap, value, redirect, touched) as native-order bytes. */
+static PyObject *Switch_registers(Switch *self, PyObject *unused) {
+    (void)unused;
+    if (!ready(self)) return NULL;
+    size_t p = self->pool;
+    ina_py_lock(&self->loop);
+    PyObject *out = Py_BuildValue("(y#y#y#y#y#y#)", (const char *)self->key, (Py_ssize_t)(p * 8), (const char *)self->prio,
+                                  (Py_ssize_t)(p * 4), (const char *)self->bitmap, (Py_ssize_t)(p * 4),
+                                  (const char *)self->value, (Py_ssize_t)(p * self->words * 4), (const char *)self->redirect,
+                                  (Py_ssize_t)(p * 8), (const char *)self->touched, (Py_ssize_t)(p * 8));
+    ina_py_unlock(&self->loop);
+    return out;
+}
+
+static PyObject *Switch_receive(Switch *self, PyObject *args) {
+    return ready(self) ? ina_py_receive(&self->loop, &self->node, args) : NULL;
+}
+static PyObject *Switch_tick(Switch *self, PyObject *args) {
+    return ready(self) ? ina_py_tick(&self->loop, &self->node, args) : NULL;
+}
+static PyObject *Switch_next_deadline(Switch *self, PyObject *unused) {
+    (void)unused;
+    return ready(self) ? ina_py_next_deadline(&self->loop, &self->node) : NULL;
+}
+static PyObject *Switch_serve(Switch *self, PyObject *args) {
+    return ready(self) ? ina_py_serve(&self->loop, &self->node, args) : NULL;
+}
+static PyObject *Switch_stop(Switch *self, PyObject *unused) {
+    (void)unused;
+    return ready(self) ? ina_py_stop(&self->loop) : NULL;
+}
+static PyObject *Switch_refused(Switch *self, PyObject *unused) {
+    (void)unused;
+    return ready(self) ? ina_py_refused(&self->loop) : NULL;
+}
+
+static PyMethodDef Switch_methods[] = {
+    {"set_jobs", (PyCFunction)Switch_set_jobs, METH_VARARGS, "set_jobs(table, forget): the data plane's job table"},
+    {"receive", (PyCFunction)Switch_receive, METH_VARARGS, "receive(data, start, length, ip, port, now): what to send"},
+    {"tick", (PyCFunction)Switch_tick, METH_VARARGS, "tick(now): the idle sweep's PARTIALs"},
+    {"next_deadline", (PyCFunction)Switch_next_deadline, METH_NOARGS, "when tick next has work, or None"},
+    {"counters", (PyCFunction)Switch_counters, METH_NOARGS, "the counters, in the order of COUNTERS"},
+    {"registers", (PyCFunction)Switch_registers, METH_NOARGS, "the slot registers as bytes"},
+    {"serve", (PyCFunction)Switch_serve, METH_VARARGS, "serve(fd): the packet loop, GIL released, until stop()"},
+    {"stop", (PyCFunction)Switch_stop, METH_NOARGS, "ask the packet loop to return"},
+    {"refused", (PyCFunction)Switch_refused, METH_NOARGS, "datagrams the kernel refused to send"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SwitchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ina.switch._native.Switch",
+    .tp_doc = "Switch(pool, words, policy, slot_timeout, messages=64): the switch's data plane (0 esa, 1 atp, 2 static)",
+    .tp_basicsize = sizeof(Switch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Switch_init,
+    .tp_dealloc = (destructor)Switch_dealloc,
+    .tp_methods = Switch_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ina.switch._native", "The software switch's native data plane.", -1, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&SwitchType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    PyObject *names = PyTuple_New(C_COUNT);
+    for (int i = 0; names && i < C_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(counter_names[i]);
+        if (!name) Py_CLEAR(names);
+        else PyTuple_SET_ITEM(names, i, name);
+    }
+    Py_INCREF(&SwitchType);
+    if (!names || PyModule_AddObject(m, "COUNTERS", names) < 0 || PyModule_AddObject(m, "Switch", (PyObject *)&SwitchType) < 0 ||
+        PyModule_AddIntConstant(m, "JOB_WORDS", JOB_WORDS) < 0) {
+        Py_XDECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

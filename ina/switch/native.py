@@ -1,0 +1,146 @@
+"""The software switch with its data plane in C (ina/switch/_native.c), behind `SwitchCore`'s interface.
+
+The per-packet algorithm, the slot registers and the counters live in C, so `NativeRunner` serves
+the switch with the GIL released and batched system calls. The control plane stays here, in the
+Python `Jobs` table (registration checks, policy, slot_base and partition choice, tokens and
+quotas), which pushes what the data plane needs of each job into the C core on every change.
+`switch_core` picks the native core where it built, the Python reference otherwise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from types import ModuleType
+from typing import Any, Sequence
+
+import numpy as np
+
+from ina.control import JobSpec
+from ina.net.frames import Frames
+from ina.net.native import from_native, load_native, to_native
+from ina.net.node import Datagram
+from ina.protocol import MAX_WORKERS
+from ina.switch.config import POLICIES, SwitchConfig
+from ina.switch.core import COUNTERS, SwitchCore
+from ina.switch.state import Jobs, Slots
+
+MODULE, WHAT = "ina.switch._native", "software switch"
+PATHS = ("python", "native")
+
+
+def native_module() -> ModuleType | None:
+    """The C data plane, or None (not built, or INA_NATIVE_PACKETS=0: ina.net.native.load_native)."""
+    return load_native(MODULE, WHAT)
+
+
+def switch_core(config: SwitchConfig, path: str | None = None, messages: int = 64) -> SwitchCore | NativeSwitchCore:
+    """The switch core on `path`: "native", "python", or None for native where it built."""
+    if path not in (None, *PATHS):
+        raise ValueError(f"path must be one of {PATHS} or None (native where built), got {path!r}")
+    module = native_module() if path != "python" else None
+    if module is None and path == "native":
+        raise RuntimeError("the native software switch is not available: build it (python setup.py build_ext --inplace) "
+                           "and unset INA_NATIVE_PACKETS=0, or use the Python path")  # fmt: skip
+    return NativeSwitchCore(config, module, messages) if module is not None else SwitchCore(config)
+
+
+def _ip(host: str) -> int:
+    return int(ipaddress.IPv4Address(host))  # registrations hold numeric IPv4 addresses (Jobs checks it)
+
+
+class NativeSwitchCore:
+    """`SwitchCore` with the C data plane: a `Node` and `FrameNode` for packets, a `ControlTarget`
+    for its job table, and the `NativeCore` that `NativeRunner` serves. Thread-safe."""
+
+    role = "switch"
+    path = "native"
+
+    def __init__(self, config: SwitchConfig, module: ModuleType, messages: int = 64) -> None:
+        if tuple(module.COUNTERS) != COUNTERS:
+            raise ImportError(f"{MODULE} counts {module.COUNTERS}, the Python switch {COUNTERS}: rebuild it")
+        self.settings = config
+        self.table = Jobs(config.pool, config.policy)
+        self._native = module.Switch(config.pool, config.words, POLICIES.index(config.policy), config.slot_timeout, messages)
+        self._job_words = module.JOB_WORDS
+        self._lock = threading.Lock()  # the Python table; the C core has a lock of its own
+
+    # -- control plane -------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        return self.settings.to_json()
+
+    def register(self, spec: JobSpec) -> dict[str, Any]:
+        with self._lock:
+            entry = self.table.add(spec)
+            self._push()
+        return entry.answer(self.settings.pool)
+
+    def deregister(self, job: int) -> None:
+        """Table entry first (its packets are then unregistered), then its slots and redirects: both
+        in one step of the data plane."""
+        with self._lock:
+            self.table.remove(job)
+            self._push(forget=job)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [entry.to_json() for entry in self.table.entries.values()]
+
+    def counters(self) -> dict[str, int]:
+        return dict(zip(COUNTERS, self._native.counters()))
+
+    def _push(self, forget: int = -1) -> None:
+        """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS and workers."""
+        rows = np.zeros((len(self.table.entries), self._job_words), dtype=np.uint32)
+        for row, entry in zip(rows, self.table.entries.values()):
+            spec = entry.spec
+            assert spec.ps is not None  # Jobs refuses a switch job without one
+            row[:8] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
+                       spec.priority_cap, _ip(spec.ps.host), spec.ps.port)  # fmt: skip
+            peers = np.array([(_ip(w.host), w.port) for w in spec.workers], dtype=np.uint32).reshape(-1)
+            row[8 : 8 + peers.size] = peers
+        assert rows.shape[1] == 8 + 2 * MAX_WORKERS
+        self._native.set_jobs(rows.tobytes(), forget)
+
+    # -- data plane ----------------------------------------------------------------------
+
+    @property
+    def slots(self) -> Slots:
+        """A copy of the slot registers, as the Python core holds them (tests, test vectors)."""
+        key, prio, bitmap, value, redirect, touched = self._native.registers()
+        slots = Slots(self.settings.pool, self.settings.words)
+        slots.key[:] = np.frombuffer(key, dtype=np.uint64)
+        slots.prio[:] = np.frombuffer(prio, dtype=np.uint32)
+        slots.bitmap[:] = np.frombuffer(bitmap, dtype=np.uint32)
+        slots.value[:] = np.frombuffer(value, dtype=np.uint32).reshape(slots.value.shape)
+        slots.redirect[:] = np.frombuffer(redirect, dtype=np.uint64)
+        slots.touched[:] = np.frombuffer(touched, dtype=np.float64)
+        return slots
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        return from_native(self._native.receive(*to_native(frames), now)) if len(frames) else Frames.empty()
+
+    def tick(self, now: float) -> list[Datagram]:
+        """Idle sweep: flush every partial untouched for `slot_timeout` to its PS."""
+        return self.tick_frames(now).datagrams()
+
+    def tick_frames(self, now: float) -> Frames:
+        return from_native(self._native.tick(now))
+
+    def next_deadline(self) -> float | None:
+        return self._native.next_deadline()
+
+    # -- NativeCore (ina.net.native.NativeRunner) --------------------------------------------
+
+    def serve(self, fd: int) -> None:
+        self._native.serve(fd)
+
+    def stop(self) -> None:
+        self._native.stop()
+
+    def refused(self) -> int:
+        return self._native.refused()
