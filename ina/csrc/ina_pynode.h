@@ -45,9 +45,12 @@ static inline PyObject *ina_py_take(ina_tx *tx) {
 }
 
 /* Hand the frames in `args` = (data, start, length, ip, port, now) to node->receive in order, under
- * the loop's lock, and return what it queued (ina_py_take). Bounds are checked: a start or length
- * outside `data` is a ValueError, not a read out of bounds. */
-static inline PyObject *ina_py_receive(ina_loop *loop, const ina_node *node, PyObject *args) {
+ * the loop's lock, then call `after(node->self, now, tx)` if given (a node that answers a whole batch
+ * at once, as the worker engine sends what the batch's results let go), and return what it queued
+ * (ina_py_take). Bounds are checked: a start or length outside `data` is a ValueError, not a read
+ * out of bounds. */
+static inline PyObject *ina_py_receive_then(ina_loop *loop, const ina_node *node, PyObject *args,
+                                            void (*after)(void *self, double now, ina_tx *tx)) {
     Py_buffer data, start, length, ip, port;
     double now;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*d", &data, &start, &length, &ip, &port, &now)) return NULL;
@@ -71,12 +74,18 @@ static inline PyObject *ina_py_receive(ina_loop *loop, const ina_node *node, PyO
         ina_addr source = {a[i], p[i]};
         node->receive(node->self, (const uint8_t *)data.buf + s[i], (size_t)l[i], source, now, &loop->tx);
     }
+    if (after) after(node->self, now, &loop->tx);
     out = ina_py_take(&loop->tx);
     ina_py_unlock(loop);
 done:
     PyBuffer_Release(&data), PyBuffer_Release(&start), PyBuffer_Release(&length);
     PyBuffer_Release(&ip), PyBuffer_Release(&port);
     return out;
+}
+
+/* ina_py_receive_then without an `after`: each datagram on its own. */
+static inline PyObject *ina_py_receive(ina_loop *loop, const ina_node *node, PyObject *args) {
+    return ina_py_receive_then(loop, node, args, NULL);
 }
 
 /* node->tick(now) under the lock; returns what it queued (ina_py_take). */
