@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_paths import engine_paths
 
 from ina.net.node import Address, Datagram
 from ina.protocol import Flag, Header, Kind, parse, result_words
@@ -11,6 +12,8 @@ from ina.sim import Faults, Link, Network
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.errors import TransportError
 from ina.transport.priority import FixedPriority
+
+use_each_engine = engine_paths(__name__)
 
 SWITCH: Address = ("10.0.0.254", 47100)
 PS: Address = ("10.0.0.253", 47200)

@@ -6,11 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from engine_paths import engine_paths
 
 from ina.net.node import Datagram
 from ina.protocol import Kind, parse
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
+
+use_each_engine = engine_paths(__name__)
 
 
 def steady(policy: IntensityPriority, nbytes: int, period: float, until: float) -> None:

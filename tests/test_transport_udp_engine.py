@@ -8,6 +8,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from engine_paths import SERVED, engine_paths
 
 from ina.control import Endpoint, JobSpec
 from ina.launch import LocalAggregators
@@ -18,6 +19,8 @@ from ina.transport.engine import EngineConfig
 from ina.transport.errors import TransportError
 from ina.transport.udp_engine import UdpEngine
 from ina.transport.udp_setup import Aggregator, deregister, locate, register
+
+use_each_engine = engine_paths(__name__, "UdpEngine", SERVED)
 
 LOOPBACK = ("127.0.0.1", 0)
 WORDS = 16

@@ -174,15 +174,7 @@ class Engine:
         """
         if self.error is not None:
             raise self.error
-        words = np.asarray(words)
-        if words.dtype != np.uint32 or words.ndim != 1 or words.size == 0:
-            raise ValueError(f"submit a non-empty 1-D uint32 array, got {words.dtype} of shape {words.shape}")
-        if op not in ("sum", "max"):
-            raise ValueError(f"op must be 'sum' or 'max', got {op!r}")
-        if lane_bits not in LANE_WIDTHS or (op == "max" and lane_bits != 32):
-            raise ValueError(f"lane_bits must be one of {LANE_WIDTHS} (32 for max), got {lane_bits}")
-        if not 0 <= index_bits <= MAX_INDEX_BITS or (index_bits and (op == "max" or not self.config.ps_only)):
-            raise ValueError(f"index_bits {index_bits}: indices (1..{MAX_INDEX_BITS}) are summed only by the PS, in PS-only mode")
+        words = checked_submission(self.config, words, op, lane_bits, index_bits)
         config = self.config
         chunks = -(-words.size // config.words)
         seqs = np.arange(self._next_seq, self._next_seq + chunks, dtype=np.int64)
@@ -381,18 +373,36 @@ class Engine:
         self.counters["fetch_answered"] += 1
 
     def _fail(self, chunk: Chunk) -> None:
-        config = self.config
-        if chunk.status is None:
-            missing = "no STATUS came from the PS, so it is down or unreachable too, or never got the chunk"
-        elif chunk.status == self._full:
-            missing = ("every rank contributed (the PS's STATUS is full) but the result was lost: the RESULT, "
-                       "the PS's copy and the other workers' answers to the PS's FETCH all failed to arrive")
-        else:
-            ranks = [r for r in range(config.workers) if not chunk.status >> r & 1]
-            missing = f"the PS holds no contribution from ranks {ranks}"
-        self.error = TransportError(
-            f"job {config.job}: chunk {chunk.seq & SEQ_MASK} (reduction {chunk.reduction.handle}) got no result "
-            f"within peer_timeout={config.peer_timeout}s from the {config.describe_destination()} "
-            f"after {chunk.retries} resends; {missing}"
-        )
+        self.error = TransportError(failure_message(self.config, chunk.seq, chunk.reduction.handle, chunk.retries, chunk.status))
         self.counters["failed"] += 1
+
+
+def checked_submission(config: EngineConfig, words: np.ndarray, op: str, lane_bits: int, index_bits: int) -> np.ndarray:
+    """`words` as an array, if the reduction is one the protocol can carry (`Engine.submit`); else ValueError."""
+    words = np.asarray(words)
+    if words.dtype != np.uint32 or words.ndim != 1 or words.size == 0:
+        raise ValueError(f"submit a non-empty 1-D uint32 array, got {words.dtype} of shape {words.shape}")
+    if op not in ("sum", "max"):
+        raise ValueError(f"op must be 'sum' or 'max', got {op!r}")
+    if lane_bits not in LANE_WIDTHS or (op == "max" and lane_bits != 32):
+        raise ValueError(f"lane_bits must be one of {LANE_WIDTHS} (32 for max), got {lane_bits}")
+    if not 0 <= index_bits <= MAX_INDEX_BITS or (index_bits and (op == "max" or not config.ps_only)):
+        raise ValueError(f"index_bits {index_bits}: indices (1..{MAX_INDEX_BITS}) are summed only by the PS, in PS-only mode")
+    return words
+
+
+def failure_message(config: EngineConfig, seq: int, handle: int, retries: int, status: int | None) -> str:
+    """What a worker says when chunk `seq` got no result within peer_timeout (docs/protocol.md, section 8):
+    the job, the chunk, where it went, and from the PS's latest STATUS bitmap, who is missing."""
+    full = (1 << config.workers) - 1
+    if status is None:
+        missing = "no STATUS came from the PS, so it is down or unreachable too, or never got the chunk"
+    elif status == full:
+        missing = ("every rank contributed (the PS's STATUS is full) but the result was lost: the RESULT, "
+                   "the PS's copy and the other workers' answers to the PS's FETCH all failed to arrive")
+    else:
+        ranks = [r for r in range(config.workers) if not status >> r & 1]
+        missing = f"the PS holds no contribution from ranks {ranks}"
+    return (f"job {config.job}: chunk {seq & SEQ_MASK} (reduction {handle}) got no result "
+            f"within peer_timeout={config.peer_timeout}s from the {config.describe_destination()} "
+            f"after {retries} resends; {missing}")

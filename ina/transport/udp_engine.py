@@ -1,15 +1,21 @@
-"""A worker's `Engine` on a real UDP socket, served by a thread of its own.
+"""A worker's engine on a real UDP socket, served by a thread of its own.
 
-The engine is sans-IO and not thread-safe; the training thread submits reductions while
-packets arrive at any time. So one thread (a `UdpRunner`) owns the engine: submissions
-reach it through `UdpRunner.call_soon`, and results leave it as `concurrent.futures.Future`s,
-completed on that thread. Torch-free, so it is tested without a process group.
+`UdpEngine` serves the Python `Engine`: it is sans-IO and not thread-safe, and the training
+thread submits reductions while packets arrive at any time, so one thread (a `UdpRunner`) owns
+the engine: submissions reach it through `UdpRunner.call_soon`, and results leave it as
+`concurrent.futures.Future`s, completed on that thread. `NativeUdpEngine` serves the native core
+(`ina.transport.native`): its packet loop runs in C with the GIL released, submissions go
+straight in (the core locks), and a completion thread, blocked in the core without the GIL until a
+reduction is done, completes the futures. `serve_engine` picks the native one where it can.
+Torch-free, so it is tested without a process group.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
+import warnings
 from collections import deque
 from concurrent.futures import Future
 from typing import Literal, NamedTuple, Sequence
@@ -17,11 +23,14 @@ from typing import Literal, NamedTuple, Sequence
 import numpy as np
 
 from ina.net.frames import Frames
+from ina.net.native import NativeRunner
+from ina.net.native import _ip as host_ip  # the runner's own resolution of a host to its IPv4 integer
 from ina.net.node import Datagram
 from ina.net.udp import UdpRunner
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.errors import TransportError
-from ina.transport.priority import PriorityPolicy
+from ina.transport.native import core_arguments, engine_error, native_module, native_policy, new_reduction
+from ina.transport.priority import IntensityPriority, PriorityPolicy
 
 
 class _Submission(NamedTuple):
@@ -133,3 +142,126 @@ class UdpEngine:
         for future in [s.future for s in submissions] + list(self._pending):
             future.set_exception(error)
         self._pending.clear()
+
+
+class NativeUdpEngine:
+    """The native core served on `sock` (bound; this object then owns it) until `close()`: `UdpEngine`'s
+    interface and behaviour (futures, failures, `bytes_sent`), with no Python in the packet loop.
+
+    `submit` may be called from any thread; the words are read in place until the reduction's
+    future completes, so do not change them meanwhile. Raises ValueError for a policy the core
+    cannot run (`ina.transport.native.native_policy`).
+    """
+
+    def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> None:
+        module = native_module()
+        if module is None:
+            raise RuntimeError("the native worker engine is not built (or INA_NATIVE_PACKETS=0)")
+        self.config = config
+        self.policy: PriorityPolicy = policy if policy is not None else IntensityPriority()
+        arguments = native_policy(self.policy)
+        if arguments is None:
+            raise ValueError(f"the native engine runs FixedPriority and IntensityPriority, not {type(self.policy).__name__}")
+        self.core = module.Engine(**core_arguments(config, arguments, _peer, served=True))
+        self.runner = NativeRunner(self.core, sock)
+        self._lock = threading.Lock()
+        self._pending: dict[int, Future] = {}  # by handle
+        self._failure: BaseException | None = None
+        self._closing = False
+        name = f"ina-job{config.job}-rank{config.rank}"
+        self._threads = [threading.Thread(target=self._serve, name=name, daemon=True),
+                         threading.Thread(target=self._complete, name=f"{name}-results", daemon=True)]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.runner.address
+
+    @property
+    def bytes_sent(self) -> int:
+        """UDP payload bytes handed to the socket: headers and resends included."""
+        return self.core.bytes_sent()
+
+    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0) -> Future:
+        """Queue one reduction (see `Engine.submit`); its future completes on the completion thread."""
+        future: Future = Future()
+        try:
+            words, out = new_reduction(self.config, words, op, lane_bits, index_bits)
+        except ValueError as error:
+            future.set_exception(error)
+            return future
+        with self._lock:
+            if self._failure is None:
+                now = time.monotonic()
+                self._pending[self.core.submit(words, out, op == "max", lane_bits, index_bits, now)] = future
+                self.policy.observe(4 * words.size, now)
+                return future
+        future.set_exception(self._failure)
+        return future
+
+    def close(self) -> None:
+        """Stop serving, fail what is unfinished, and release the socket; calling it twice is harmless."""
+        self._closing = True
+        self.core.stop()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        self.runner.close()
+
+    def _serve(self) -> None:
+        try:
+            self.runner.serve_forever()
+        except BaseException as error:  # noqa: BLE001 - reported through every future
+            failure = TransportError(f"the transport's packet loop failed: {error!r}")
+            failure.__cause__ = error
+            self._fail(failure)
+        self._closing = True
+        self.core.stop()
+
+    def _complete(self) -> None:
+        """Complete futures as reductions finish, until the engine fails or closes."""
+        while True:
+            self.core.wait(1.0)
+            done = self.core.completed()
+            with self._lock:
+                futures = [self._pending.pop(handle) for handle, _ in done]
+            for future, (_, words) in zip(futures, done):
+                future.set_result(words)
+            error = engine_error(self.config, self.core.failure())
+            if error is not None:
+                self._fail(error)
+                return
+            if self._closing:
+                self._fail(TransportError("the transport is closed"))
+                return
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail every unfinished reduction, and every later one, with the first error."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = error
+            error = self._failure
+            futures, self._pending = list(self._pending.values()), {}
+        for future in futures:
+            future.set_exception(error)
+
+
+ServedEngine = UdpEngine | NativeUdpEngine
+
+
+def serve_engine(config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> ServedEngine:
+    """The native engine where it is built and runs `policy`, else the Python one (saying why, for a policy)."""
+    if native_module() is None:
+        return UdpEngine(config, sock, policy)
+    if native_policy(policy) is None:
+        warnings.warn(f"ina: the native worker engine runs FixedPriority and IntensityPriority only; the policy "
+                      f"{type(policy).__name__} runs on the much slower Python engine", RuntimeWarning, stacklevel=2)
+        return UdpEngine(config, sock, policy)
+    return NativeUdpEngine(config, sock, policy)
+
+
+def _peer(address: tuple[str, int]) -> tuple[int, int]:
+    """An (IPv4 as an integer, port) pair, as the native core names peers."""
+    host, port = address
+    return host_ip(host), port

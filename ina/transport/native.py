@@ -1,0 +1,191 @@
+"""The native worker engine (ina/transport/_native.c) behind `Engine`'s interface.
+
+The C core runs the chunk stream of `ina.transport.engine.Engine` (the readable reference) with
+the same checks, counters, timers and bytes on the wire; `NativeEngine` drives it sans-IO, as
+the tests and the simulator drive the reference; `ina.transport.udp_engine.NativeUdpEngine`
+serves it on a socket with its packet loop in C. Two differences, both by design: submitted
+words are read in place until their reduction completes (do not change the array meanwhile),
+and results land in an array allocated at submit, with no copy back.
+
+It runs the two built-in priority policies natively (`FixedPriority`, `IntensityPriority`, same
+arithmetic); any other policy object needs the Python engine (`native_policy` says which).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import ModuleType
+from typing import Any, Literal, NamedTuple, Sequence
+
+import numpy as np
+
+from ina.net.frames import Frames
+from ina.net.native import load_native
+from ina.net.node import Address, Datagram
+from ina.transport.chunks import result_length
+from ina.transport.engine import EngineConfig, checked_submission, failure_message
+from ina.transport.errors import TransportError
+from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
+
+_module: ModuleType | None = None
+_loaded = False
+
+
+def native_module() -> ModuleType | None:
+    """ina.transport._native, or None (not built, or INA_NATIVE_PACKETS=0; `load_native` says so once)."""
+    global _module, _loaded
+    if not _loaded:
+        _module, _loaded = load_native("ina.transport._native", "worker engine"), True
+    return _module
+
+
+def native_policy(policy: PriorityPolicy | None) -> dict[str, Any] | None:
+    """The core's policy arguments for `policy` (None: the default IntensityPriority), or None when
+    the core cannot run it: only the built-in policies, not subclasses, whose methods it would skip."""
+    policy = IntensityPriority() if policy is None else policy
+    if type(policy) is FixedPriority:
+        return dict(level=policy.level, reference_rate=1.0, levels_per_doubling=0.0, time_constant=1.0, age_step=1.0,
+                    decaying_bytes=0.0, observed_at=0.0)  # fmt: skip
+    if type(policy) is IntensityPriority:
+        return dict(level=-1, reference_rate=policy.reference_rate, levels_per_doubling=policy.levels_per_doubling,
+                    time_constant=policy.time_constant, age_step=policy.age_step,
+                    decaying_bytes=policy._bytes, observed_at=policy._at)  # fmt: skip  # its state so far
+    return None
+
+
+def core_arguments(config: EngineConfig, policy: dict[str, Any], peer: Any, *, served: bool) -> dict[str, Any]:
+    """The keyword arguments of `_native.Engine` for `config`; `peer(address)` is an address's (ip, port)."""
+    others = config.sources - {config.destination}
+    ps = config.ps
+    return dict(
+        job=config.job, rank=config.rank, workers=config.workers, words=config.words, window=config.window,
+        destination=peer(config.destination), other=peer(next(iter(others))) if others else None,
+        ps=None if ps is None else peer(ps), pool=config.pool, slot_base=config.slot_base,
+        span=config.span or config.pool, ps_only=config.ps_only, min_rto=config.min_rto, max_rto=config.max_rto,
+        initial_rto=config.initial_rto, peer_timeout=config.peer_timeout, first_seq=config.first_seq,
+        served=served, **policy,
+    )  # fmt: skip
+
+
+def new_reduction(config: EngineConfig, words: np.ndarray, op: str, lane_bits: int, index_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """A submission's checked, contiguous words and the array its results will fill."""
+    words = np.ascontiguousarray(checked_submission(config, words, op, lane_bits, index_bits))
+    chunks = -(-words.size // config.words)
+    return words, np.empty(result_length(words.size, chunks, config.words, index_bits, lane_bits), dtype=np.uint32)
+
+
+def engine_error(config: EngineConfig, failure: tuple[int, int, int, int | None] | None) -> TransportError | None:
+    """The TransportError of the core's `failure()` facts (the reference's message)."""
+    return None if failure is None else TransportError(failure_message(config, *failure))
+
+
+class RttState(NamedTuple):
+    """The core's RttEstimator: srtt (None before a sample), rttvar and the current rto."""
+
+    srtt: float | None
+    rttvar: float
+    rto: float
+
+
+class _AddressBook:
+    """Native cores name peers by (IPv4, port); a sans-IO engine's peers may be any (host, port)
+    (the simulator's, the tests'), so each distinct address gets a number of its own (port 0)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[Address, int] = {}
+        self._addresses: list[Address] = []
+
+    def peer(self, address: Address) -> tuple[int, int]:
+        code = self._codes.get(address)
+        if code is None:
+            code = self._codes[address] = len(self._addresses)
+            self._addresses.append(tuple(address))
+        return code, 0
+
+    def to_core(self, frames: Frames, now: float) -> tuple:
+        codes = np.array([self.peer(a)[0] for a in frames.addresses], dtype=np.uint32)
+        count = len(frames)
+        return (
+            np.ascontiguousarray(frames.buffer, dtype=np.uint8),
+            np.ascontiguousarray(frames.start, dtype=np.int64),
+            np.ascontiguousarray(frames.length, dtype=np.int64),
+            codes[frames.peer] if count else np.zeros(0, np.uint32),
+            np.zeros(count, dtype=np.uint16),
+            now,
+        )
+
+    def from_core(self, native: tuple[bytes, bytes, bytes, bytes, bytes]) -> Frames:
+        data, start, length, ip, _port = native
+        unique, peer = np.unique(np.frombuffer(ip, dtype=np.uint32), return_inverse=True)
+        return Frames(np.frombuffer(data, dtype=np.uint8), np.frombuffer(start, dtype=np.int64),
+                      np.frombuffer(length, dtype=np.int64), peer.astype(np.int64).reshape(-1),
+                      [self._addresses[code] for code in unique.tolist()])  # fmt: skip
+
+
+class NativeEngine:
+    """`Engine(config, policy)` on the native core, sans-IO: the same interface, counters and bytes.
+
+    Raises ValueError for a policy the core cannot run (`native_policy`); pick the Python
+    `Engine` for those. The policy object still sees `observe` for every submission, so
+    whoever reads it (its `rate`, its `base`) sees what the core computes with.
+    """
+
+    def __init__(self, config: EngineConfig, policy: PriorityPolicy | None = None) -> None:
+        module = native_module()
+        if module is None:
+            raise RuntimeError("the native worker engine is not built (or INA_NATIVE_PACKETS=0)")
+        self.config = config
+        self.policy: PriorityPolicy = policy if policy is not None else IntensityPriority()
+        arguments = native_policy(self.policy)
+        if arguments is None:
+            raise ValueError(f"the native engine runs FixedPriority and IntensityPriority, not {type(self.policy).__name__}")
+        self._book = _AddressBook()
+        self._core = module.Engine(**core_arguments(config, arguments, self._book.peer, served=False))
+        self._error: TransportError | None = None
+
+    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0,
+               now: float) -> int:  # fmt: skip
+        """Queue one reduction (see `Engine.submit`); `words` is read in place until it completes."""
+        if self.error is not None:
+            raise self.error
+        words, out = new_reduction(self.config, words, op, lane_bits, index_bits)
+        handle = self._core.submit(words, out, op == "max", lane_bits, index_bits, now)
+        self.policy.observe(4 * words.size, now)
+        return handle
+
+    def completed(self) -> list[tuple[int, np.ndarray]]:
+        return self._core.completed()
+
+    @property
+    def idle(self) -> bool:
+        return self._core.idle()
+
+    @property
+    def counters(self) -> Counter[str]:
+        return Counter(self._core.counters())
+
+    @property
+    def error(self) -> TransportError | None:
+        if self._error is None:
+            self._error = engine_error(self.config, self._core.failure())
+        return self._error
+
+    @property
+    def rtt(self) -> RttState:
+        return RttState(*self._core.rtt())
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        return self.receive_frames(Frames.of(datagrams), now).datagrams()
+
+    def tick(self, now: float) -> list[Datagram]:
+        return self.tick_frames(now).datagrams()
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        return self._book.from_core(self._core.receive(*self._book.to_core(frames, now)))
+
+    def tick_frames(self, now: float) -> Frames:
+        return self._book.from_core(self._core.tick(now))
+
+    def next_deadline(self) -> float | None:
+        return self._core.next_deadline()
+
