@@ -31,7 +31,7 @@ from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
 from ina.transport.priority import PriorityPolicy
-from ina.transport.udp_engine import UdpEngine
+from ina.transport.udp_engine import ServedEngine, serve_engine
 from ina.transport.udp_setup import (
     ENVIRONMENT,
     Aggregator,
@@ -83,7 +83,7 @@ class _UdpTransport(Transport):
         max_rto: Optional[float] = None,
         peer_timeout: float = 30.0,
     ) -> None:
-        self._engine: Optional[UdpEngine] = None  # before the base sets bytes_sent
+        self._engine: Optional[ServedEngine] = None  # before the base sets bytes_sent
         super().__init__()
         if job is None and os.environ.get(ENVIRONMENT["job"]):
             job = int(os.environ[ENVIRONMENT["job"]])
@@ -136,7 +136,7 @@ class _UdpTransport(Transport):
             pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, ps_only=self._switch is None,
             **self._timing,
         )  # fmt: skip
-        self._engine = UdpEngine(engine_config, sock, self._policy)
+        self._engine = serve_engine(engine_config, sock, self._policy)  # native where it is built
         owner = (self._ps, self._switch, registration.job) if rank == 0 else None
         self._closer = weakref.finalize(self, _shut_down, self._engine, owner)
         dist.barrier(group=group)
@@ -204,7 +204,7 @@ class _UdpTransport(Transport):
         """The first `count` lane sums, as the collective would return them (uint8 for 8-bit lanes, else int32)."""
         return unpack_bits(words, self._lane_bits, count)
 
-    def _running(self) -> UdpEngine:
+    def _running(self) -> ServedEngine:
         if self._engine is None:
             raise RuntimeError(
                 f"{type(self).__name__} is not attached: pass it to THCState(transport=...), "
@@ -304,7 +304,7 @@ def _torch_future(
     return result
 
 
-def _shut_down(engine: UdpEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]]) -> None:
+def _shut_down(engine: ServedEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]]) -> None:
     """Stop the engine; the owner (rank 0) deregisters the job. A finalizer: it must not hold the transport."""
     engine.close()
     if owner is not None:
