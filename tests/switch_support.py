@@ -69,18 +69,20 @@ class Rig:
     path: str = "python"
     core: SwitchCore | NativeSwitchCore = field(init=False)
     bases: dict[int, int] = field(default_factory=dict)
+    spans: dict[int, int] = field(default_factory=dict)
     specs: dict[int, JobSpec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.core = switch_core(SwitchConfig(self.pool, self.words, self.policy, self.slot_timeout), self.path)
 
     def register(self, spec: JobSpec) -> int:
-        self.bases[spec.job] = self.core.register(spec)["slot_base"]
+        answer = self.core.register(spec)
+        self.bases[spec.job], self.spans[spec.job] = answer["slot_base"], answer["span"]
         self.specs[spec.job] = spec
         return self.bases[spec.job]
 
     def slot(self, job: int, seq: int) -> int:
-        return (self.bases[job] + seq) % self.pool
+        return (self.bases[job] + seq % self.spans.get(job, self.pool)) % self.pool
 
     def data(self, job: int, rank: int, seq: int, values: list[int] | None = None, *, resend: bool = False,
              prio: int = 0, op_max: bool = False, src: Address | None = None, **changes: int) -> Datagram:  # fmt: skip

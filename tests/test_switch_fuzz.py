@@ -1,0 +1,176 @@
+"""Differential fuzzing of the native switch against the Python reference (docs/protocol.md, section 5).
+
+Random traffic mixes real aggregation (bursts of a chunk from every worker, resends, FLUSH requests,
+idle sweeps) with hostile packets: truncated or extended valid packets, valid headers with one
+field set to a random value (kind, job, rank, slot, lane and index bits, flags, bitmap), packets
+from foreign sources, and random bytes. Both cores get the same batches; after every batch and
+sweep their output packets (bytes, destinations, order), counters and slot registers must be
+identical, so the native core neither crashes nor counts a bad packet differently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from switch_support import NATIVE_BUILT, Rig, job_spec, worker_addr
+
+from ina.net.node import Datagram
+from ina.switch import OUTCOMES
+from ina.switch.core import DROPS
+
+pytestmark = pytest.mark.skipif(not NATIVE_BUILT, reason="the native switch is not built (or INA_NATIVE_PACKETS=0)")
+
+JOBS = {1: 3, 2: 2, 3: 1, 4: 32}  # job: workers
+WORDS = 3
+FIELDS = {"kind": 2, "flags": 3, "job": 4, "rank": 6, "priority": 7, "slot": 12, "index_bits": 14, "lane_bits": 15, "bitmap": 16}
+"""Byte offsets of the header fields a mutation may overwrite (section 2)."""
+
+
+def make_rig(policy: str, path: str) -> Rig:
+    rig = Rig(pool=8, words=WORDS, policy=policy, slot_timeout=0.5, path=path)
+    rig.register(job_spec(1, workers=3, window=2))
+    rig.register(job_spec(2, workers=2, window=4, priority_cap=3))
+    rig.register(job_spec(3, workers=1, window=1, lane_bits=16))
+    rig.register(job_spec(4, workers=32, window=1, lane_bits=32))
+    return rig
+
+
+words = st.lists(st.integers(0, 2**32 - 1), min_size=WORDS, max_size=WORDS)
+seqs = st.one_of(st.integers(0, 17), st.integers(0, 17), st.integers(0, 17), st.integers(2**32 - 4, 2**32 - 1), st.integers(0, 2**32 - 1))
+NEAR = {"kind": range(9), "flags": range(4), "job": range(6), "rank": range(4), "priority": range(4), "slot": range(9),
+        "index_bits": range(10), "lane_bits": (0, 8, 16, 32, 64), "bitmap": (0, 1, 2, 3, 4, 7)}
+"""Values near the valid ones for each field, so that a mutation reaches every check, not only the first."""
+
+
+@st.composite
+def valid(draw, rig: Rig) -> Datagram:
+    """A DATA or FLUSH a registered worker or PS could send."""
+    job = draw(st.sampled_from(sorted(JOBS)))
+    seq = draw(seqs)
+    if draw(st.integers(0, 7)) == 0:
+        return rig.flush(job, seq, op_max=draw(st.booleans()))
+    return rig.data(job, draw(st.integers(0, JOBS[job] - 1)), seq, draw(words), resend=draw(st.booleans()),
+                    prio=draw(st.integers(0, 255)), op_max=draw(st.integers(0, 4)) == 0)  # fmt: skip
+
+
+def other_ps(packet: Datagram) -> tuple[str, int]:
+    """Another job's PS address: registered, but not this job's."""
+    job = int.from_bytes(packet.data[4:6], "big")
+    return ("127.0.0.1", 20000 + (job % 4) + 1)
+
+
+@st.composite
+def hostile(draw, rig: Rig) -> Datagram:
+    """A valid packet broken in one way, or random bytes."""
+    packet = draw(valid(rig))
+    data, source = bytearray(packet.data), packet.addr
+    how = draw(st.sampled_from(["truncate", "extend", "field", "field", "kind", "byte", "source", "random"]))
+    if how == "truncate":
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    elif how == "extend":
+        data += draw(st.binary(min_size=1, max_size=12))
+    elif how == "field":
+        name = draw(st.sampled_from(sorted(FIELDS)))
+        at, width = FIELDS[name], 4 if name == "bitmap" else 2 if name in ("job", "slot") else 1
+        data[at : at + width] = draw(st.one_of(st.sampled_from(NEAR[name]), st.integers(0, 256**width - 1))).to_bytes(width, "big")
+    elif how == "kind":  # another kind, with the length that kind needs: past the malformed check
+        kind = draw(st.integers(1, 8))
+        data[2] = kind
+        data = data if kind in (1, 2, 3) else data[:20]
+    elif how == "byte":
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    elif how == "source":
+        source = draw(st.sampled_from([("127.0.0.1", 1), ("10.1.2.3", source[1]), worker_addr(1, 1), other_ps(packet)]))
+    else:
+        data = bytearray(draw(st.binary(max_size=80)))
+    return Datagram(bytes(data), source)
+
+
+@st.composite
+def burst(draw, rig: Rig) -> list[Datagram]:
+    """Workers of a job sending one chunk, shuffled: all of them, or some (a partial stays in its
+    slot), with duplicates now and then, maybe followed by a RESEND or a FLUSH of the chunk."""
+    job, seq, prio = draw(st.sampled_from(sorted(JOBS))), draw(st.one_of(st.integers(0, 7), seqs)), draw(st.integers(0, 255))
+    op_max = draw(st.integers(0, 4)) == 0
+    ranks = range(JOBS[job]) if draw(st.booleans()) else sorted(draw(st.sets(st.integers(0, JOBS[job] - 1), min_size=1)))
+    packets = [rig.data(job, r, seq, draw(words), prio=prio, op_max=op_max) for r in ranks]
+    packets += draw(st.lists(st.sampled_from(packets), max_size=2))
+    packets = draw(st.permutations(packets))
+    after = draw(st.sampled_from(["none", "resend", "flush"]))
+    if after == "resend":
+        packets.append(rig.data(job, draw(st.sampled_from(list(ranks))), seq, draw(words), prio=prio, op_max=op_max, resend=True))
+    elif after == "flush":
+        packets.append(rig.flush(job, seq, op_max=op_max))
+    return packets
+
+
+@st.composite
+def traffic(draw):
+    policy = draw(st.sampled_from(["esa", "esa", "atp", "static"]))
+    template = make_rig(policy, "python")
+    single = st.one_of(valid(template), hostile(template), hostile(template)).map(lambda p: [p])
+    pieces = draw(st.lists(st.one_of(single, single, burst(template)), min_size=3, max_size=24))
+    packets = [p for piece in pieces for p in piece]
+    cuts = sorted(draw(st.sets(st.integers(1, max(len(packets) - 1, 1)), max_size=8)))
+    batches = [packets[a:b] for a, b in zip([0, *cuts], [*cuts, len(packets)]) if a < b]
+    return policy, batches, draw(st.lists(st.floats(0.0, 0.4), min_size=len(batches), max_size=len(batches)))
+
+
+def assert_same(native: Rig, reference: Rig) -> None:
+    assert native.core.counters() == reference.core.counters()
+    ours, theirs = native.core.slots.registers(), reference.core.slots.registers()
+    for name, array in theirs.items():
+        assert np.array_equal(ours[name], array), name
+    assert native.core.next_deadline() == reference.core.next_deadline()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traffic())
+def test_the_native_switch_does_exactly_what_the_python_switch_does(case):
+    policy, batches, steps = case
+    native, reference = make_rig(policy, "native"), make_rig(policy, "python")
+    now = 0.0
+    for batch, step in zip(batches, steps):
+        now += step
+        expected = [(d.data, d.addr) for d in reference.core.receive(batch, now)]
+        assert [(d.data, d.addr) for d in native.core.receive(batch, now)] == expected
+        assert_same(native, reference)
+        deadline = reference.core.next_deadline()
+        if deadline is not None and deadline <= now + step:
+            swept = [(d.data, d.addr) for d in reference.core.tick(now + step)]
+            assert [(d.data, d.addr) for d in native.core.tick(now + step)] == swept
+            assert_same(native, reference)
+    counters = native.core.counters()
+    assert counters["rx_packets"] == sum(counters[name] for name in OUTCOMES) == sum(map(len, batches))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_every_hostile_packet_is_counted_as_the_python_switch_counts_it_and_changes_nothing(data):
+    native, reference = make_rig("esa", "native"), make_rig("esa", "python")
+    warmup = [native.data(1, 0, 1), native.data(2, 1, 2, prio=2), native.flush(2, 3)]
+    for rig in (native, reference):
+        rig.core.receive(warmup, 0.5)
+    before = native.core.slots.registers()
+    count = data.draw(st.integers(1, 12))
+    for _ in range(count):
+        packet = data.draw(hostile(reference))
+        expected = [(d.data, d.addr) for d in reference.core.receive([packet], 1.0)]
+        assert [(d.data, d.addr) for d in native.core.receive([packet], 1.0)] == expected
+        assert native.core.counters() == reference.core.counters()
+    assert_same(native, reference)
+    if sum(native.core.counters()[name] for name in DROPS) == count:  # every one dropped (some mutations stay valid)
+        after = native.core.slots.registers()
+        assert all(np.array_equal(before[name], after[name]) for name in before)
+
+
+def test_a_native_frame_that_lies_outside_its_buffer_is_refused_not_read():
+    rig = make_rig("esa", "native")
+    native = rig.core._native
+    data = rig.data(1, 0, 0).data
+    start, length = np.array([0], np.int64), np.array([len(data) + 1], np.int64)
+    with pytest.raises(ValueError, match="outside the buffer"):
+        native.receive(data, start.tobytes(), length.tobytes(), np.zeros(1, np.uint32).tobytes(), np.zeros(1, np.uint16).tobytes(), 0.0)
+    assert rig.core.counters()["rx_packets"] == 0
