@@ -1,9 +1,12 @@
 """Throughput of the software switch on loopback, and of the P4 switch on BMv2: `python -m benchmarks.switch`.
 
-The switch server runs in its own process (with `--target bmv2 software`, BMv2 on a veth pair
-this benchmark creates, run as root, and the software switch, measured one after the other); load-generating worker processes run closed
-loops (at most `window` chunks outstanding, as real workers do) with batched sends and
-receives, each over its own UDP socket. Rates come from the switch's own counters.
+The switch server runs in its own process, one target after the other in one run: `python` (the
+Python reference core), `native` (the C data plane, ina/switch/_native.c) and `bmv2` (BMv2 on a
+veth pair this benchmark creates; run as root). Load-generating worker processes run closed
+loops (at most `window` chunks outstanding, as real workers do) with batched sends (GSO) and
+receives (GRO), each worker over its own UDP socket; the first also drains the PS's socket,
+where the result copies land. Rates come from the switch's own counters; "rx pkt/CPU-s" divides
+the packets it received by the CPU time (user and kernel) of the switch's process alone.
 "fp32-equivalent MB/s" counts the coordinates the switch aggregated per second at 4 bytes
 each, with 8-bit lanes carrying 4 coordinates per 32-bit word.
 """
@@ -39,7 +42,7 @@ class Case:
     seconds: float
     procs: int
     batch: int
-    target: str = "software"
+    target: str = "native"
 
 
 BMV2_HOST, BMV2_SWITCH, BMV2_MAC = "10.97.0.1", "10.97.0.254", "02:00:00:00:00:fe"
@@ -54,7 +57,7 @@ def _serve_switch(case: Case, ready: mp.Queue, stop: mp.Event) -> None:
     if case.target == "bmv2":
         _serve_bmv2(config, ready, stop)
         return
-    with SwitchServer(config, (LOOPBACK, 0), (LOOPBACK, 0), batch=case.batch) as server:
+    with SwitchServer(config, (LOOPBACK, 0), (LOOPBACK, 0), batch=case.batch, path=case.target) as server:
         server.start()
         ready.put((server.address, server.control_address, os.getpid()))
         stop.wait()
@@ -104,40 +107,60 @@ def _to(address: tuple, rows: np.ndarray) -> Frames:
     return Frames(rows.reshape(-1), np.arange(count, dtype=np.int64) * size, np.full(count, size), np.zeros(count, np.int64), [address])
 
 
-def _seqs(frames: Frames) -> list[int]:
+def _seqs(frames: Frames) -> np.ndarray:
     """The seq field of every received packet."""
     at = frames.start[:, None] + np.arange(8, 12)
-    return frames.buffer[at].view(">u4").ravel().tolist() if len(frames) else []
+    return frames.buffer[at].view(">u4").ravel() if len(frames) else np.zeros(0, dtype=np.uint32)
+
+
+class _Window:
+    """A worker's window: which results arrived (a ring of flags), and the first chunk still missing."""
+
+    def __init__(self, window: int) -> None:
+        self.window, self.done = window, 0
+        self.arrived = np.zeros(4 * window, dtype=bool)
+
+    def receive(self, seqs: np.ndarray) -> None:
+        self.arrived[seqs.astype(np.int64) % self.arrived.size] = True
+        ahead = (self.done + np.arange(self.window)) % self.arrived.size
+        flags = self.arrived[ahead]
+        complete = self.window if flags.all() else int(flags.argmin())
+        self.arrived[ahead[:complete]] = False
+        self.done += complete
 
 
 def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Queue, results: mp.Queue) -> None:
     """Closed loops of the workers `ranks` in one process: each keeps `window` chunks
-    outstanding (it sends chunk `seq` once it holds every result below `seq - window`)."""
+    outstanding (it sends chunk `seq` once it holds every result below `seq - window`).
+    The process holding rank 0 also plays the PS: it drains the result copies."""
     host = BMV2_HOST if case.target == "bmv2" else LOOPBACK
     sockets = {rank: BatchSocket(open_socket((host, 0))) for rank in ranks}
     for rank, io in sockets.items():
         ports.put((rank, io.sock.getsockname()[1]))
+    ps = BatchSocket(open_socket((host, 0))) if 0 in ranks else None
+    if ps is not None:
+        ports.put(("ps", ps.sock.getsockname()[1]))
     job, slot_base, deadline = go.get()
     payload = np.random.default_rng(ranks[0]).integers(0, 30, case.words, dtype=np.uint32)
     sent = dict.fromkeys(ranks, 0)
-    done = dict.fromkeys(ranks, 0)
-    arrived: dict[int, set[int]] = {rank: set() for rank in ranks}
+    windows = {rank: _Window(case.window) for rank in ranks}
     rank_of = {io.fileno(): rank for rank, io in sockets.items()}
+    readers = [*sockets.values(), *([ps] if ps is not None else [])]
     while time.time() < deadline:
         for rank, io in sockets.items():
-            limit = done[rank] + case.window
+            limit = windows[rank].done + case.window
             if sent[rank] < limit:
                 seqs = np.arange(sent[rank], limit, dtype=np.uint32)
                 io.send_frames(_to(switch, _data_rows(job, rank, seqs, slot_base, case.pool, payload)))
                 sent[rank] = limit
-        readable, _, _ = select.select(list(sockets.values()), [], [], 0.05)
+        readable, _, _ = select.select(readers, [], [], 0.05)
         for io in readable:
-            rank = rank_of[io.fileno()]
-            arrived[rank].update(_seqs(io.recv_frames()))
-            while done[rank] in arrived[rank]:
-                arrived[rank].remove(done[rank])
-                done[rank] += 1
-    results.put(min(done.values()))
+            if io is ps:
+                while len(ps.recv_frames()):
+                    pass
+                continue
+            windows[rank_of[io.fileno()]].receive(_seqs(io.recv_frames()))
+    results.put(min(w.done for w in windows.values()))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -152,17 +175,16 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
     switch.start()
     data_addr, control_addr, pid = ready.get(timeout=30)
     host = BMV2_HOST if case.target == "bmv2" else LOOPBACK
-    ps_sink = open_socket((host, 0))  # the PS: result copies land here unread
     ports, results = ctx.Queue(), ctx.Queue()
     groups = [list(range(case.workers))[i :: case.procs] for i in range(case.procs)]
     gos = [ctx.Queue() for _ in groups]
     loads = [ctx.Process(target=_load, args=(ranks, case, data_addr, ports, go, results)) for ranks, go in zip(groups, gos)]
     for process in loads:
         process.start()
-    by_rank = dict(ports.get(timeout=30) for _ in range(case.workers))
+    by_rank = dict(ports.get(timeout=30) for _ in range(case.workers + 1))
     control = ControlClient(*control_addr)
     spec = JobSpec(job=1, workers=tuple(Endpoint(host, by_rank[r]) for r in range(case.workers)), window=case.window,
-                   lane_bits=LANE_BITS, ps=Endpoint(host, ps_sink.getsockname()[1]))  # fmt: skip
+                   lane_bits=LANE_BITS, ps=Endpoint(host, by_rank["ps"]))  # fmt: skip
     slot_base = control.register(spec)["slot_base"]
     deadline = time.time() + warmup + case.seconds
     for q in gos:
@@ -177,7 +199,6 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
         process.join()
     stop.set()
     switch.join()
-    ps_sink.close()
     elapsed = t1 - t0
     rx = (after["rx_packets"] - before["rx_packets"]) / elapsed
     return {
@@ -202,8 +223,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per K; the table shows the median run (by rx pkt/s) and the best")
     parser.add_argument("--procs", type=int, default=2, help="load-generating processes sharing the workers")
     parser.add_argument("--batch", type=int, default=1024, help="the switch runner's datagrams per call")
-    parser.add_argument("--target", nargs="+", choices=("software", "bmv2"), default=["software"],
-                        help="switches to measure, one after the other in this run (bmv2: root, p4c and BMv2)")
+    parser.add_argument("--target", nargs="+", choices=("python", "native", "bmv2"), default=["python", "native"],
+                        help="switches to measure, one after the other in this run: the software switch's Python or "
+                             "native core, or the P4 switch on BMv2 (root, p4c and BMv2) (default: %(default)s)")
     args = parser.parse_args()
     print(f"{'target':>8} {'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
           f"{'rx pkt/CPU-s':>12} {'load CPU':>8}")  # fmt: skip
