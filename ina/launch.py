@@ -145,13 +145,13 @@ class LocalAggregators:
     """
 
     def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa") -> None:
-        from ina.ps import ParameterServer
+        from ina.ps.native import ps_core
         from ina.ps.server import PSServer
         from ina.switch import SwitchConfig
         from ina.switch.server import SwitchServer
 
         loopback = (_HOST, 0)
-        self.ps: PSServer = PSServer(ParameterServer(words), loopback, loopback, access=access).start()
+        self.ps: PSServer = PSServer(ps_core(words), loopback, loopback, access=access).start()
         try:
             self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words, policy=policy), loopback, loopback,
                                                      access=access).start()  # fmt: skip

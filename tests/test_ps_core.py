@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ps_support import make_core, ps_path  # noqa: F401 (ps_path: each test on both PSes)
 
 from ina.control import Endpoint, JobSpec
 from ina.net.node import Datagram
 from ina.protocol import Flag, Header, Kind, pack_fields, parse, result_words
-from ina.ps import ParameterServer
 from ina.protocol.batch import VECTORIZE_FROM
 
 K = 4
@@ -27,7 +27,7 @@ def make_spec(n=4, *, job=JOB, window=4, switch=True, lane_bits=8, index_bits=0,
 
 
 def make_ps(*specs, **options):
-    ps = ParameterServer(K, **options)
+    ps = make_core(K, **options)
     for spec in specs or (make_spec(),):
         ps.register(spec)
     return ps
@@ -372,7 +372,7 @@ def test_a_ps_only_job_uses_its_own_words_and_its_packets_are_checked_against_th
 
 
 def test_a_jobs_own_words_are_refused_with_a_switch_beyond_max_words_or_beyond_a_datagram():
-    ps = ParameterServer(K, max_words=1000)
+    ps = make_core(K, max_words=1000)
     assert ps.config()["max_words"] == 1000 and ps.config()["words"] == K
     with pytest.raises(ValueError, match="goes through a switch"):
         ps.register(make_spec(words=8))
@@ -380,7 +380,7 @@ def test_a_jobs_own_words_are_refused_with_a_switch_beyond_max_words_or_beyond_a
     with pytest.raises(ValueError, match="at most 1000"):
         ps.register(make_spec(job=2, switch=False, words=1001))
     with pytest.raises(ValueError, match="more than one UDP datagram"):
-        ParameterServer(K).register(make_spec(switch=False, index_bits=4, table=THC_TABLE, words=9000))
+        make_core(K).register(make_spec(switch=False, index_bits=4, table=THC_TABLE, words=9000))
     with pytest.raises(ValueError, match="max_words"):
-        ParameterServer(K, max_words=K - 1)
+        make_core(K, max_words=K - 1)
     assert ps.jobs()[0]["job"] == 1 and "words" in ps.jobs()[0]

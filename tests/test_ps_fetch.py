@@ -3,6 +3,7 @@ workers (docs/protocol.md, section 6), packet by packet."""
 
 import numpy as np
 import pytest
+from ps_support import ps_path  # noqa: F401 (ps_path: each test on both PSes)
 from test_ps_core import (CONTRIB, JOB, K, STRANGER, SWITCH, THC_TABLE, TOTAL, WORKERS, data, decoded, make_ps, make_spec,
                           partial, result, send)
 

@@ -1,5 +1,6 @@
 """The PS served on UDP (127.0.0.1) with its control API, and its command line."""
 
+import os
 import re
 import signal
 import socket
@@ -9,12 +10,23 @@ import time
 
 import numpy as np
 import pytest
+from ps_support import make_core, ps_path  # noqa: F401 (ps_path: each test on both PSes)
 
 from ina.control import Endpoint, JobSpec
 from ina.control.http import ControlClient, ControlError
-from ina.protocol import Flag, Header, Kind, pack_fields, parse
-from ina.ps import ParameterServer
+from ina.control.jobs import MAX_WORDS
+from ina.protocol import (
+    HEADER_LEN,
+    Flag,
+    Header,
+    Kind,
+    pack_fields,
+    parse,
+    result_words,
+)
 from ina.ps.server import PSServer
+from ina.transport.errors import TransportError
+from ina.transport.udp_setup import Deployment, path_payload, ps_only_words
 
 K = 8
 THC_TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
@@ -22,7 +34,7 @@ THC_TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
 
 @pytest.fixture
 def server():
-    with PSServer(ParameterServer(K, flush_delay=0.01), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as running:
+    with PSServer(make_core(K, flush_delay=0.01), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as running:
         yield running
 
 
@@ -100,19 +112,57 @@ def test_a_bad_configuration_or_a_busy_port_fails_at_start_with_a_message(socket
     (busy,) = sockets(1)
     port = busy.getsockname()[1]
     with pytest.raises(ValueError, match=f"--listen 127.0.0.1:{port}: cannot bind"):
-        PSServer(ParameterServer(K), ("127.0.0.1", port), ("127.0.0.1", 0))
+        PSServer(make_core(K), ("127.0.0.1", port), ("127.0.0.1", 0))
     with pytest.raises(ValueError, match="flush_delay"):
-        ParameterServer(K, flush_delay=0)
+        make_core(K, flush_delay=0)
 
 
-def _ps_command(*args):
-    return subprocess.Popen([sys.executable, "-m", "ina.ps", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_a_ps_only_job_with_the_largest_words_a_datagram_carries_over_udp(server, sockets):
+    """Loopback carries a whole datagram: 4-bit indices come back as 8-bit lanes, twice their size."""
+    client = ControlClient(*server.control_address)
+    assert client.config()["max_words"] == MAX_WORDS
+    deployment = Deployment(K, 1, server.address, None, max_words=client.config()["max_words"])
+    big = ps_only_words(deployment, 4, 8)
+    workers = sockets(2)
+    names = [{"host": "127.0.0.1", "port": w.getsockname()[1]} for w in workers]
+    client.register(JobSpec.from_json({"job": 4, "workers": names, "window": 2, "index_bits": 4, "table": list(THC_TABLE), "words": big}))
+    indices = np.random.default_rng(4).integers(0, 16, size=(2, big * 8))
+    for rank, sock in enumerate(workers):
+        sock.sendto(Header(Kind.DATA, 4, 0, rank=rank, index_bits=4, lane_bits=8, bitmap=1 << rank).pack(pack_fields(indices[rank], 4)),
+                    server.address)  # fmt: skip
+    expected = pack_fields(np.asarray(THC_TABLE)[indices].sum(axis=0), 8)
+    for sock in workers:
+        header, payload = parse(sock.recv(65536), big)
+        assert (header.kind, header.bitmap) == (Kind.RESULT, 0b11) and np.array_equal(payload, expected)
+    assert HEADER_LEN + 4 * result_words(big, 4, 8) <= 65507 and client.counters()["malformed"] == 0
 
 
-def test_command_line_serves_until_sigterm_and_reports_counters():
-    process = _ps_command("--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--words", str(K))
+def test_ps_only_workers_pick_the_most_words_the_path_carries_capped_by_the_ps(monkeypatch):
+    deployment = Deployment(64, 1, ("127.0.0.1", 47101), None, max_words=MAX_WORDS)
+    assert path_payload(deployment.ps) == 65507, "loopback: a whole datagram"
+    k = ps_only_words(deployment, 4, 8)
+    assert HEADER_LEN + 4 * result_words(k, 4, 8) <= 65507 < HEADER_LEN + 4 * result_words(k + 1, 4, 8)
+    assert ps_only_words(deployment, 0, 8) == MAX_WORDS and ps_only_words(deployment, 2, 8) == k // 2
+    assert ps_only_words(Deployment(64, 1, deployment.ps, None, max_words=1000), 4, 8) == 1000
+    assert ps_only_words(Deployment(64, 1, deployment.ps, None), 4, 8) == 64, "a PS that reports no max_words: its words"
+    assert ps_only_words(deployment, 4, 8, requested=500) == 500
+    monkeypatch.setenv("INA_WORDS", "300")
+    assert ps_only_words(deployment, 4, 8) == 300
+    with pytest.raises(TransportError, match="1..1000"):
+        ps_only_words(Deployment(64, 1, deployment.ps, None, max_words=1000), 4, 8, requested=1001)
+
+
+def _ps_command(*args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "ina.ps", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+
+
+def test_command_line_serves_until_sigterm_and_reports_counters(ps_path):  # noqa: F811
+    env = {**os.environ, "INA_NATIVE_PACKETS": "1" if ps_path == "native" else "0"}
+    process = _ps_command("--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--words", str(K), env=env)
     try:
         line = process.stdout.readline()
+        assert f"packets {ps_path}" in line, line
         match = re.search(r"control http://([\d.]+):(\d+)", line)
         assert match, line
         assert ControlClient(match[1], int(match[2])).config()["words"] == K

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from ina.control import JobSpec
-from ina.control.policy import caller, check_owner, grant
+from ina.control.policy import caller, check_owner
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
 from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
-from ina.ps.limits import MAX_WORDS, check_options, job_words
+from ina.ps.limits import MAX_WORDS, admit, check_options
 
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
 _RESEND = int(Flag.RESEND)
@@ -119,14 +119,9 @@ class ParameterServer:
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
         """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""
-        who = caller()
-        spec = grant(spec, who)
-        if spec.job in self._jobs:
-            raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
-        words = job_words(spec, self.words, self.max_words)
-        ring = max(4 * spec.window, self.result_retention)
+        spec, owner, words, ring = admit(spec, self._jobs, self.words, self.max_words, self.result_retention)
         state = self._jobs[spec.job] = JobState(spec, words, ring)
-        state.owner = who.name
+        state.owner = owner
         self._own_words += words != self.words
         return {"job": spec.job, "ring": ring}
 

@@ -7,11 +7,14 @@ packets each fit one UDP datagram.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from ina.control import JobSpec
 from ina.control.jobs import MAX_DATAGRAM, MAX_WORDS
+from ina.control.policy import caller, grant
 from ina.protocol import HEADER_LEN, result_words
 
-__all__ = ["MAX_WORDS", "check_options", "job_words", "packet_words"]
+__all__ = ["MAX_WORDS", "admit", "check_options", "job_words", "packet_words"]
 
 
 def check_options(words: int, flush_delay: float, piece_timeout: float, result_retention: int, max_words: int) -> None:
@@ -49,3 +52,13 @@ def job_words(spec: JobSpec, words: int, max_words: int) -> int:
         raise ValueError(f"job {spec.job}: at {chosen} words per packet its {spec.index_bits}-bit indices come back as "
                          f"{longest}-byte RESULTs, more than one UDP datagram ({MAX_DATAGRAM}); register fewer words")
     return chosen
+
+
+def admit(spec: JobSpec, registered: Container[int], words: int, max_words: int, retention: int) -> tuple[JobSpec, str | None, int, int]:
+    """A registration as the control request's caller may have it (docs/protocol.md, section 7): the
+    granted spec, its owner, its K and its ring of results; ValueError says what to change."""
+    who = caller()
+    spec = grant(spec, who)
+    if spec.job in registered:
+        raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
+    return spec, who.name, job_words(spec, words, max_words), max(4 * spec.window, retention)

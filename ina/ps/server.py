@@ -1,8 +1,9 @@
 """The PS on a UDP socket, with its control API (docs/ps.md).
 
-The packet loop (`ina.net.udp.UdpRunner`) and the HTTP control server run on different
-threads and the core is not thread-safe, so this server is the `Node` the runner drives
-and the `ControlTarget` the API calls, and serializes both onto the core with one lock.
+The native PS (`ina.ps.native`) is served by `NativeRunner`, its packet loop in C with the GIL
+released. The Python PS is served by `ina.net.udp.UdpRunner`; the packet loop and the HTTP control
+server run on different threads and that core is not thread-safe, so this server is the `Node`
+the runner drives and the `ControlTarget` the API calls, and serializes both onto the core with one lock.
 """
 
 from __future__ import annotations
@@ -15,25 +16,31 @@ from typing import Any
 
 from ina.control import Endpoint, JobSpec
 from ina.control.auth import Access
+from ina.net.native import NativeRunner
 from ina.net.node import Address, Datagram
 from ina.net.service import Service
 from ina.ps.core import ParameterServer
+from ina.ps.native import NativeParameterServer
 
 
 class PSServer(Service):
-    """A `ParameterServer` served on `listen` (UDP) with its control API on `control` (HTTP).
+    """A PS core (`ina.ps.native.ps_core`: native or Python) served on `listen` (UDP) with its control
+    API on `control` (HTTP); `path` says which core it is.
 
-    >>> with PSServer(ParameterServer(words=64), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as server:
-    ...     print(server.address, server.control_address)
+    >>> with PSServer(ps_core(words=64), ("127.0.0.1", 0), ("127.0.0.1", 0)).start() as server:
+    ...     print(server.address, server.control_address, server.path)
     """
 
     role = "ps"
 
-    def __init__(self, core: ParameterServer, listen: Address, control: Address, batch: int = 256,
+    def __init__(self, core: ParameterServer | NativeParameterServer, listen: Address, control: Address, batch: int = 256,
                  access: Access | None = None) -> None:  # fmt: skip
         self.core = core
+        self.path = "native" if isinstance(core, NativeParameterServer) else "python"
         self._lock = threading.Lock()
-        super().__init__(self, listen, control, batch, access)
+        native = core if isinstance(core, NativeParameterServer) else None
+        bind = (lambda address: NativeRunner.bind(native, address)) if native is not None else None
+        super().__init__(self, listen, control, batch, access, bind)
 
     # --- Node, for the runner ---------------------------------------------------------
 

@@ -18,6 +18,7 @@ import os
 import weakref
 from abc import abstractmethod
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -42,6 +43,7 @@ from ina.transport.udp_setup import (
     deregister,
     derived_job,
     locate,
+    ps_only_words,
     register,
 )
 
@@ -49,6 +51,8 @@ __all__ = ["PSTransport", "SwitchTransport"]
 
 logger = logging.getLogger(__name__)
 _INITIAL_RTO = 0.05
+_IN_FLIGHT_BYTES = 1 << 20
+"""A PS-only worker's DATA in flight at most, by default: every worker's must fit the PS's socket buffer."""
 
 
 class _UdpTransport(Transport):
@@ -117,7 +121,7 @@ class _UdpTransport(Transport):
         rank, workers = group.rank(), group.size()
         self._config, self._workers = config, workers
         self._lane_bits = sum_lane_bits(workers, config.granularity)
-        deployment: Deployment = agree(group, lambda: locate(self._ps, self._switch))
+        deployment: Deployment = agree(group, lambda: self._deployment(locate(self._ps, self._switch)))
         sock = bind_socket(self._bind, deployment.destination)
         try:
             addresses = [None] * workers
@@ -151,8 +155,12 @@ class _UdpTransport(Transport):
         return JobSpec(
             job=job, workers=tuple(Endpoint(*w) for w in workers), window=window, lane_bits=self._lane_bits,
             priority_cap=self._priority_cap, index_bits=self._config.bits if ps_only else 0,
-            table=self._config.table if ps_only else (),
+            table=self._config.table if ps_only else (), words=deployment.words if ps_only else 0,
         )  # fmt: skip
+
+    def _deployment(self, deployment: Deployment) -> Deployment:
+        """The deployment this job runs in (rank 0 decides): the switch's K for a job through a switch."""
+        return deployment
 
     def _default_window(self, deployment: Deployment) -> int:
         return 64
@@ -264,11 +272,23 @@ class PSTransport(_UdpTransport):
     """THC table indices (b bits each) to the PS, which looks them up and adds them: no switch.
 
     ``ps`` is the PS's UDP data address and ``ps_control`` its control API, as for
-    :class:`SwitchTransport`. The window defaults to 64 chunks.
+    :class:`SwitchTransport`. ``words`` (default INA_WORDS) is K, the words per packet; by default
+    the most that fit one unfragmented datagram to the PS (docs/protocol.md, section 7). The window
+    defaults to 64 chunks, fewer when packets are large (at most 1 MiB in flight per worker).
     """
 
-    def __init__(self, ps: Optional[str] = None, *, ps_control: Optional[str] = None, **options: Any) -> None:
+    def __init__(self, ps: Optional[str] = None, *, ps_control: Optional[str] = None, words: Optional[int] = None,
+                 **options: Any) -> None:  # fmt: skip
         super().__init__(Aggregator.configure("ps", ps, ps_control), None, **options)
+        self._requested_words = words
+
+    def _deployment(self, deployment: Deployment) -> Deployment:
+        """This job's own K: not bound by a switch's, the most the path to the PS allows."""
+        return replace(deployment, words=ps_only_words(deployment, self._config.bits, self._lane_bits, self._requested_words))
+
+    def _default_window(self, deployment: Deployment) -> int:
+        window = max(1, min(64, _IN_FLIGHT_BYTES // (4 * deployment.words)))
+        return 1 << (window.bit_length() - 1)
 
     def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
         return pack_bits(indices, codec.config.bits), codec.config.bits

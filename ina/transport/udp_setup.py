@@ -17,9 +17,11 @@ from typing import Any, Callable, TypeVar
 from ina.control import Endpoint, JobSpec
 from ina.control.auth import TOKEN, TOKEN_FILE, token_from_environment
 from ina.control.http import ControlClient, ControlError
+from ina.control.jobs import MAX_DATAGRAM
 from ina.net.node import Address
 from ina.net.udp import open_socket, parse_address
-from ina.protocol import DEFAULT_PS_CONTROL_PORT, DEFAULT_SWITCH_CONTROL_PORT
+from ina.protocol import DEFAULT_PS_CONTROL_PORT, DEFAULT_SWITCH_CONTROL_PORT, HEADER_LEN
+from ina.protocol.packing import fields_per_word
 from ina.transport.errors import TransportError
 
 T = TypeVar("T")
@@ -30,12 +32,14 @@ ENVIRONMENT = {
     "ps": "INA_PS",  # the PS's UDP data address, host:port
     "bind": "INA_BIND",  # the numeric IPv4 address workers bind (default: the one that routes to the aggregator)
     "job": "INA_JOB",  # the job id (default: derived from the workers' addresses, the first free one)
+    "words": "INA_WORDS",  # PS-only: words per packet (default: the most the path to the PS carries)
 }
 """Environment variables read when an option is not given; INA_SWITCH_CONTROL and INA_PS_CONTROL
 name the control APIs (default: the data host, ports 47180 and 47181), and INA_TOKEN_FILE (a path)
 or INA_TOKEN the token rank 0 presents to them (docs/protocol.md, section 7)."""
 _CONTROL_PORTS = {"switch": DEFAULT_SWITCH_CONTROL_PORT, "ps": DEFAULT_PS_CONTROL_PORT}
 _COMMANDS = {"switch": "ina switch", "ps": "ina ps"}
+_IP_MTU = getattr(socket, "IP_MTU", 14)  # Linux: the path MTU of a connected socket
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class Deployment:
     switch: Address | None
     slots_free: int | None = None  # what this tenant may still hold at the switch; None: no quota
     job_ids: frozenset[int] | None = None  # the ids this tenant may use; None: any
+    max_words: int | None = None  # PS-only: the most words per packet the PS takes for a job; None: its words
 
     @property
     def destination(self) -> Address:
@@ -124,7 +129,7 @@ def locate(ps: Aggregator, switch: Aggregator | None) -> Deployment:
     ps_config = ps.describe()
     job_ids = _job_ids(ps_config["caller"], switch_config["caller"] if switch_config else None)
     if switch_config is None:
-        return Deployment(ps_config["words"], 1, ps_config["listen"], None, job_ids=job_ids)
+        return Deployment(ps_config["words"], 1, ps_config["listen"], None, job_ids=job_ids, max_words=ps_config.get("max_words"))
     if switch_config["words"] != ps_config["words"]:
         raise TransportError(
             f"the switch carries {switch_config['words']} words per packet and the PS {ps_config['words']}: "
@@ -143,6 +148,37 @@ def _job_ids(*callers: dict[str, Any] | None) -> frozenset[int] | None:
             ids = frozenset(j for lo, hi in caller["jobs"] for j in range(lo, hi + 1))
             allowed = ids if allowed is None else allowed & ids
     return allowed
+
+
+def path_payload(toward: Address) -> int:
+    """The largest UDP payload that leaves for `toward` unfragmented: the route's MTU less the IPv4
+    and UDP headers (loopback: a whole datagram, 65507 bytes), from a connected probe socket."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(toward)  # picks the route, sends nothing
+        try:
+            mtu = probe.getsockopt(socket.IPPROTO_IP, _IP_MTU)
+        except OSError:
+            mtu = 1500  # no route MTU to read: the Ethernet default
+    return max(min(mtu - 28, MAX_DATAGRAM), HEADER_LEN + 4)
+
+
+def ps_only_words(deployment: Deployment, index_bits: int, lane_bits: int, requested: int | None = None) -> int:
+    """K for a PS-only job (docs/protocol.md, section 7): `requested` (else INA_WORDS), else the most
+    words whose DATA and RESULT each fit one unfragmented datagram to the PS, capped by the PS's `max_words`."""
+    variable = ENVIRONMENT["words"]
+    if requested is None and os.environ.get(variable):
+        try:
+            requested = int(os.environ[variable])
+        except ValueError:
+            raise TransportError(f"{variable} must be a number of words per packet, got {os.environ[variable]!r}") from None
+    most = deployment.words if deployment.max_words is None else deployment.max_words
+    if requested is not None:
+        if not 1 <= requested <= most:
+            raise TransportError(f"words per packet (words= or {variable}) must be 1..{most}, the most this PS takes; got {requested}")
+        return requested
+    room = (path_payload(deployment.ps) - HEADER_LEN) // 4
+    fit = room if not index_bits else room * fields_per_word(lane_bits) // fields_per_word(index_bits)
+    return max(1, min(room, fit, most))
 
 
 @dataclass(frozen=True)
@@ -169,7 +205,7 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
     if switch_client is None:
         return Registration(spec.job, 0)
     try:
-        answer = switch_client.register(replace(spec, ps=Endpoint(*deployment.ps), index_bits=0, table=()))
+        answer = switch_client.register(replace(spec, ps=Endpoint(*deployment.ps), index_bits=0, table=(), words=0))
     except ControlError:
         ps_client.deregister(spec.job)
         raise

@@ -1,0 +1,932 @@
+/* The parameter server's data plane in C (docs/protocol.md, section 6): the twin of
+ * ina/ps/core.py with job.py, pieces.py, lookup.py and results.py, packet for packet.
+ *
+ * It keeps per job the incomplete chunks (their pieces, merged by exact cover), the ring of
+ * recent results (packets as sent or received), the fetches in progress and the newest seq; and
+ * one heap of FLUSH timers. Every output packet, its destination and its place in the output are
+ * those of the Python PS, and so are the counters. The control plane (registration checks,
+ * policy) stays in Python (ina/ps/native.py), which hands each admitted job to `register`.
+ * Malformed or hostile packets are dropped and counted; nothing here trusts a length or a field.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "ina_wire.h"
+#include "ina_udp.h"
+#include "ina_pynode.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the index lookup writes lanes as a little-endian byte stream"
+#endif
+
+/* The counters, in the order of ina.ps.core.COUNTERS. */
+#define PS_COUNTERS(X)                                                                                                   \
+    X(rx) X(tx) X(rx_data) X(rx_partial) X(rx_result) X(pieces) X(completed) X(results_replayed) X(result_copies)       \
+    X(status_sent) X(flush_sent) X(fetch_sent) X(fetched) X(malformed) X(unexpected) X(unregistered) X(bad_format)      \
+    X(bad_bitmap) X(mismatch) X(duplicate) X(late) X(stale) X(unsolicited) X(overloaded) X(expired) X(retired)         \
+    X(superseded)
+#define PS_ENUM(name) C_##name,
+#define PS_NAME(name) #name,
+enum { PS_COUNTERS(PS_ENUM) C_COUNT };
+static const char *const counter_names[] = {PS_COUNTERS(PS_NAME)};
+
+#define FLUSH_CAP 1.0 /* longest wait between two FLUSH requests for one chunk, seconds */
+#define HALF_SEQ 0x80000000u
+
+/* ------------------------------------------------------------------ ordered seq maps */
+
+/* seq -> entry (0..cap-1), in insertion order: the Python PS's OrderedDicts keyed by seq. */
+typedef struct {
+    uint32_t cap, count, mask;
+    uint32_t *key;
+    int32_t *prev, *next, *table;
+    int32_t head, tail, free;
+} seqmap;
+
+static uint32_t seq_hash(const seqmap *m, uint32_t seq) { return (seq * 0x9E3779B1u) & m->mask; }
+
+static int seqmap_init(seqmap *m, uint32_t cap) {
+    memset(m, 0, sizeof *m);
+    uint32_t size = 8;
+    while (size < 2 * cap) size *= 2;
+    m->cap = cap, m->mask = size - 1, m->head = m->tail = -1, m->free = 0;
+    m->key = calloc(cap, sizeof *m->key), m->prev = calloc(cap, sizeof *m->prev), m->next = calloc(cap, sizeof *m->next);
+    m->table = malloc(size * sizeof *m->table);
+    if (!m->key || !m->prev || !m->next || !m->table) return -1;
+    for (uint32_t i = 0; i < size; i++) m->table[i] = -1;
+    for (uint32_t i = 0; i < cap; i++) m->next[i] = i + 1 < cap ? (int32_t)i + 1 : -1;
+    return 0;
+}
+
+static void seqmap_free(seqmap *m) { free(m->key), free(m->prev), free(m->next), free(m->table); }
+
+static int32_t seqmap_find(const seqmap *m, uint32_t seq) {
+    for (uint32_t i = seq_hash(m, seq);; i = (i + 1) & m->mask) {
+        int32_t e = m->table[i];
+        if (e < 0 || m->key[e] == seq) return e;
+    }
+}
+
+/* Add `seq` (absent, count < cap) as the newest entry. */
+static int32_t seqmap_insert(seqmap *m, uint32_t seq) {
+    int32_t e = m->free;
+    m->free = m->next[e];
+    m->key[e] = seq, m->prev[e] = m->tail, m->next[e] = -1;
+    if (m->tail >= 0) m->next[m->tail] = e; else m->head = e;
+    m->tail = e;
+    uint32_t i = seq_hash(m, seq);
+    while (m->table[i] >= 0) i = (i + 1) & m->mask;
+    m->table[i] = e;
+    m->count++;
+    return e;
+}
+
+static void seqmap_remove(seqmap *m, int32_t e) {
+    if (m->prev[e] >= 0) m->next[m->prev[e]] = m->next[e]; else m->head = m->next[e];
+    if (m->next[e] >= 0) m->prev[m->next[e]] = m->prev[e]; else m->tail = m->prev[e];
+    uint32_t i = seq_hash(m, m->key[e]);
+    while (m->table[i] != e) i = (i + 1) & m->mask;
+    for (uint32_t j = i;;) { /* backward-shift deletion keeps every probe chain whole */
+        j = (j + 1) & m->mask;
+        int32_t moved = m->table[j];
+        if (moved < 0) break;
+        uint32_t home = seq_hash(m, m->key[moved]);
+        if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) m->table[i] = moved, i = j;
+    }
+    m->table[i] = -1;
+    m->next[e] = m->free, m->free = e;
+    m->count--;
+}
+
+/* ------------------------------------------------------------------ per job */
+
+typedef struct {
+    uint8_t flags, index_bits, lane_bits; /* flags: INA_FLAG_MAX or 0 */
+    uint16_t slot;
+} chunk_format;
+
+static chunk_format format_of(const ina_header *h) {
+    return (chunk_format){(uint8_t)(h->flags & INA_FLAG_MAX), h->index_bits, h->lane_bits, h->slot};
+}
+
+static int format_eq(chunk_format a, chunk_format b) {
+    return a.flags == b.flags && a.index_bits == b.index_bits && a.lane_bits == b.lane_bits && a.slot == b.slot;
+}
+
+/* An incomplete chunk: its pieces (pieces.py) and FLUSH timer (job.py's Chunk). */
+typedef struct {
+    chunk_format format;
+    uint32_t words; /* payload words of its pieces */
+    double created, flush_at, flush_interval;
+    uint32_t generation; /* changes when the chunk dies: its heap entries are then void */
+    uint32_t held, count, room; /* room: bitmaps allocated */
+    size_t sums_room;           /* words allocated in sums */
+    int disjoint;
+    uint32_t *bitmaps; /* count, in arrival order */
+    uint32_t *sums;    /* count * words, host order */
+} chunk;
+
+typedef struct {
+    int is_max;
+    uint32_t length, room;
+    uint8_t *packet;
+} stored;
+
+typedef struct {
+    chunk_format format;
+    uint32_t requesters;
+    int sent;
+    double sent_at;
+} fetch;
+
+/* THC indices to lanes (lookup.py): groups of `group` indices of a word, each an entry of `entry` lane bytes. */
+typedef struct {
+    unsigned index_bits, group, groups, entry, out_bytes;
+    uint32_t mask;
+    uint8_t *entries;
+} lookup;
+
+typedef struct {
+    uint16_t id;
+    uint32_t words, n, full, window, cap;
+    uint8_t lane_bits;
+    ina_addr workers[INA_MAX_WORKERS];
+    int has_switch;
+    ina_addr sw;
+    int has_table;
+    lookup table;
+    seqmap pending, ring, fetches;
+    chunk *chunks;
+    stored *results;
+    fetch *fetchv;
+    int has_newest;
+    uint32_t newest;
+    uint32_t *scratch; /* one piece's lanes */
+    uint8_t *packet;   /* one RESULT being built */
+} job;
+
+static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, unsigned lane_bits, uint32_t words) {
+    unsigned per_word = 32 / index_bits, group = 1;
+    for (unsigned g = 1; g <= per_word; g++)
+        if (per_word % g == 0 && g * index_bits <= 8) group = g;
+    t->index_bits = index_bits, t->group = group, t->groups = per_word / group;
+    t->entry = group * lane_bits / 8, t->mask = (1u << (group * index_bits)) - 1;
+    t->out_bytes = 4 * ina_result_words(words, index_bits, lane_bits);
+    t->entries = malloc((size_t)(t->mask + 1) * t->entry);
+    if (!t->entries) return -1;
+    for (uint32_t code = 0; code <= t->mask; code++) {
+        uint8_t *e = t->entries + (size_t)code * t->entry;
+        for (unsigned k = 0; k < group; k++) {
+            uint32_t value = table[(code >> (k * index_bits)) & ((1u << index_bits) - 1)];
+            for (unsigned b = 0; b < lane_bits / 8; b++) e[k * lane_bits / 8 + b] = (uint8_t)(value >> (8 * b));
+        }
+    }
+    return 0;
+}
+
+#define LOOKUP_RUN(E)                                                                                                    \
+    for (uint32_t w = 0; w < words; w++) {                                                                            \
+        uint32_t v = ina_load32(payload + 4 * w);                                                                     \
+        for (unsigned g = 0; g < t->groups; g++, o += (E))                                                              \
+            memcpy(o, t->entries + (size_t)((v >> (g * shift)) & t->mask) * (E), (E));                                 \
+    }
+
+/* `words` big-endian index words to lanes in `out` (out_bytes, host-order words). */
+static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *out) {
+    uint8_t *o = (uint8_t *)out;
+    unsigned shift = t->group * t->index_bits;
+    switch (t->entry) { /* constant sizes: each memcpy is one move */
+    case 1: LOOKUP_RUN(1) break;
+    case 2: LOOKUP_RUN(2) break;
+    case 4: LOOKUP_RUN(4) break;
+    case 8: LOOKUP_RUN(8) break;
+    case 16: LOOKUP_RUN(16) break;
+    default: LOOKUP_RUN(t->entry) break;
+    }
+    memset(o, 0, (size_t)((uint8_t *)out + t->out_bytes - o)); /* the last word's tail */
+}
+
+static void job_free(job *j) {
+    if (!j) return;
+    for (uint32_t i = 0; i < j->cap; i++) {
+        if (j->chunks) free(j->chunks[i].bitmaps), free(j->chunks[i].sums);
+        if (j->results) free(j->results[i].packet);
+    }
+    free(j->chunks), free(j->results), free(j->fetchv), free(j->scratch), free(j->packet);
+    if (j->has_table) free(j->table.entries);
+    seqmap_free(&j->pending), seqmap_free(&j->ring), seqmap_free(&j->fetches);
+    free(j);
+}
+
+/* The switch's DATA rule (lanes of the job's width, 32 for MAX), and indices only with the job's table. */
+static int format_ok(const job *j, const ina_header *h) {
+    if (h->lane_bits != ((h->flags & INA_FLAG_MAX) ? 32 : j->lane_bits)) return 0;
+    return !h->index_bits || (j->has_table && !(h->flags & INA_FLAG_MAX) && h->index_bits == j->table.index_bits);
+}
+
+static void observe(job *j, uint32_t seq) {
+    if (!j->has_newest || ((seq - j->newest) & INA_SEQ_MASK) < HALF_SEQ) j->newest = seq, j->has_newest = 1;
+}
+
+/* The window rule: a worker that sent `newest` holds every result <= newest - W. */
+static int proven_complete(const job *j, uint32_t seq) {
+    if (!j->has_newest) return 0;
+    uint32_t behind = (j->newest - seq) & INA_SEQ_MASK;
+    return j->window <= behind && behind < HALF_SEQ;
+}
+
+/* ------------------------------------------------------------------ the server */
+
+typedef struct {
+    double due;
+    uint64_t order;
+    job *owner;
+    int32_t entry;
+    uint32_t generation;
+} timer;
+
+typedef struct {
+    PyObject_HEAD
+    ina_loop loop;
+    ina_node node;
+    uint32_t words;
+    double flush_delay, piece_timeout;
+    uint64_t counts[C_COUNT];
+    job *jobs[1 << 16];
+    uint16_t order[1 << 16]; /* registered job ids, first registered first */
+    uint32_t njobs;
+    timer *heap;
+    size_t heap_count, heap_room;
+    uint64_t next_order;
+    int ready;
+} PS;
+
+/* ---- output */
+
+static void write_control(uint8_t *p, unsigned kind, uint16_t id, uint32_t seq, chunk_format f, uint32_t bitmap) {
+    ina_header h = {(uint8_t)kind, f.flags, 0, 0, f.index_bits, f.lane_bits, id, f.slot, seq, bitmap};
+    ina_write_header(p, &h);
+}
+
+/* Queue a header-only packet; 0, or -1 when out of memory (the packet is then not sent). */
+static void send_control(PS *ps, ina_tx *tx, ina_addr to, unsigned kind, uint16_t id, uint32_t seq, chunk_format f,
+                         uint32_t bitmap) {
+    uint8_t *p = ina_tx_add(tx, to, INA_HEADER_BYTES);
+    if (!p) return;
+    write_control(p, kind, id, seq, f, bitmap);
+    ps->counts[C_tx]++;
+}
+
+static void send_copy(PS *ps, ina_tx *tx, ina_addr to, const uint8_t *packet, uint32_t length) {
+    uint8_t *p = ina_tx_add(tx, to, length);
+    if (!p) return;
+    memcpy(p, packet, length);
+    ps->counts[C_tx]++;
+}
+
+/* ---- the FLUSH heap, ordered by (due, order) as Python's heapq of tuples */
+
+static int timer_before(const timer *a, const timer *b) { return a->due < b->due || (a->due == b->due && a->order < b->order); }
+
+static void heap_sift_up(PS *ps, size_t i) {
+    timer t = ps->heap[i];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!timer_before(&t, &ps->heap[parent])) break;
+        ps->heap[i] = ps->heap[parent], i = parent;
+    }
+    ps->heap[i] = t;
+}
+
+static void heap_sift_down(PS *ps, size_t i) {
+    timer t = ps->heap[i];
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= ps->heap_count) break;
+        if (child + 1 < ps->heap_count && timer_before(&ps->heap[child + 1], &ps->heap[child])) child++;
+        if (!timer_before(&ps->heap[child], &t)) break;
+        ps->heap[i] = ps->heap[child], i = child;
+    }
+    ps->heap[i] = t;
+}
+
+static void heap_pop(PS *ps) {
+    ps->heap[0] = ps->heap[--ps->heap_count];
+    if (ps->heap_count) heap_sift_down(ps, 0);
+}
+
+static void schedule(PS *ps, job *j, int32_t entry) {
+    if (ps->heap_count == ps->heap_room) {
+        size_t room = ps->heap_room ? 2 * ps->heap_room : 256;
+        timer *heap = realloc(ps->heap, room * sizeof *heap);
+        if (!heap) return; /* out of memory: the chunk still completes or expires, unflushed */
+        ps->heap = heap, ps->heap_room = room;
+    }
+    const chunk *c = &j->chunks[entry];
+    ps->heap[ps->heap_count] = (timer){c->flush_at, ps->next_order++, j, entry, c->generation};
+    heap_sift_up(ps, ps->heap_count++);
+}
+
+static int timer_current(const timer *t) {
+    const chunk *c = &t->owner->chunks[t->entry];
+    return c->generation == t->generation && c->flush_at == t->due;
+}
+
+/* ---- chunks */
+
+/* Forget an incomplete chunk; `reason` counts its pieces. */
+static void drop_chunk(PS *ps, job *j, int32_t entry, int reason) {
+    chunk *c = &j->chunks[entry];
+    ps->counts[reason] += c->count;
+    c->generation++;
+    seqmap_remove(&j->pending, entry);
+}
+
+/* Pairwise disjoint pieces covering `full` that include piece `newest`, as pieces.py's `_cover_with`
+ * finds them (the same candidates in the same order, so the same cover); `chosen` gets their indices. */
+typedef struct {
+    const uint32_t *bitmaps;
+    const uint32_t *candidates;
+    uint32_t ncandidates, full;
+    uint32_t *dead; /* open-addressing set of unions that lead nowhere (0: empty; unions are never 0) */
+    uint32_t dead_mask, dead_count; /* at most half full: beyond that, dead ends are no longer remembered */
+    uint32_t *chosen, nchosen;
+} cover_search;
+
+static int dead_seen(cover_search *s, uint32_t covered, int add) {
+    uint32_t i = (covered * 0x9E3779B1u) & s->dead_mask;
+    while (s->dead[i] && s->dead[i] != covered) i = (i + 1) & s->dead_mask;
+    if (s->dead[i]) return 1;
+    if (add && 2 * (s->dead_count + 1) <= s->dead_mask + 1) s->dead[i] = covered, s->dead_count++;
+    return 0;
+}
+
+static int cover_from(cover_search *s, uint32_t covered) {
+    if (covered == s->full) return 1;
+    if (dead_seen(s, covered, 0)) return 0;
+    uint32_t missing = s->full & ~covered, lowest = missing & -missing;
+    for (uint32_t k = 0; k < s->ncandidates; k++) {
+        uint32_t b = s->bitmaps[s->candidates[k]];
+        if ((b & lowest) && !(b & covered)) {
+            s->chosen[s->nchosen++] = s->candidates[k];
+            if (cover_from(s, covered | b)) return 1;
+            s->nchosen--;
+        }
+    }
+    dead_seen(s, covered, 1);
+    return 0;
+}
+
+/* The result of chunk `c` into `out` if its pieces hold an exact cover: 1, else 0 (-1: out of memory). */
+static int chunk_result(const chunk *c, uint32_t full, uint32_t *out) {
+    uint32_t n = c->count, stack_ids[128], stack_chosen[128], stack_dead[512];
+    uint32_t *ids = n <= 128 ? stack_ids : malloc(n * sizeof *ids), *chosen = n <= 128 ? stack_chosen : malloc(n * sizeof *chosen);
+    uint32_t dead_size = 8;
+    while (dead_size < 4 * n + 8) dead_size *= 2;
+    uint32_t *dead = dead_size <= 512 ? stack_dead : calloc(dead_size, sizeof *dead);
+    int found = -1;
+    if (!ids || !chosen || !dead) goto done;
+    uint32_t nchosen = 0;
+    if (c->disjoint) {
+        for (uint32_t i = 0; i < n; i++) chosen[i] = i;
+        nchosen = n, found = 1;
+    } else {
+        uint32_t newest = n - 1, bitmap = c->bitmaps[newest], ncand = 0;
+        for (int bits = 32; bits >= 1; bits--) /* sorted by bit count, largest first; stable */
+            for (uint32_t i = 0; i < n; i++)
+                if (!(c->bitmaps[i] & bitmap) && __builtin_popcount(c->bitmaps[i]) == bits) ids[ncand++] = i;
+        if (dead_size <= 512) memset(dead, 0, dead_size * sizeof *dead);
+        chosen[0] = newest;
+        cover_search s = {c->bitmaps, ids, ncand, full, dead, dead_size - 1, 0, chosen, 1};
+        found = cover_from(&s, bitmap);
+        nchosen = s.nchosen;
+    }
+    if (found == 1) {
+        const uint32_t words = c->words, *first = c->sums + (size_t)chosen[0] * words;
+        memcpy(out, first, words * sizeof *out);
+        for (uint32_t k = 1; k < nchosen; k++) {
+            const uint32_t *piece = c->sums + (size_t)chosen[k] * words;
+            if (c->format.flags & INA_FLAG_MAX)
+                for (uint32_t w = 0; w < words; w++) out[w] = out[w] > piece[w] ? out[w] : piece[w];
+            else
+                for (uint32_t w = 0; w < words; w++) out[w] += piece[w];
+        }
+    }
+done:
+    if (ids != stack_ids) free(ids);
+    if (chosen != stack_chosen) free(chosen);
+    if (dead != stack_dead) free(dead);
+    return found;
+}
+
+/* Store a RESULT packet in the ring (results.py's put): 0 if `seq` is stored already (or no memory). */
+static int ring_put(job *j, uint32_t seq, int is_max, const uint8_t *packet, uint32_t length) {
+    if (seqmap_find(&j->ring, seq) >= 0) return 0;
+    stored *slot = NULL;
+    if (j->ring.count == j->ring.cap) seqmap_remove(&j->ring, j->ring.head);
+    int32_t e = j->ring.free;
+    slot = &j->results[e];
+    if (slot->room < length) {
+        uint8_t *grown = realloc(slot->packet, length);
+        if (!grown) return 0;
+        slot->packet = grown, slot->room = length;
+    }
+    seqmap_insert(&j->ring, seq);
+    memcpy(slot->packet, packet, length);
+    slot->length = length, slot->is_max = is_max;
+    return 1;
+}
+
+static void fetch_pop(job *j, uint32_t seq) {
+    int32_t e = seqmap_find(&j->fetches, seq);
+    if (e >= 0) seqmap_remove(&j->fetches, e);
+}
+
+/* Send the RESULT to every worker of the job and keep it for replays. */
+static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx *tx) {
+    chunk *c = &j->chunks[entry];
+    uint32_t seq = j->pending.key[entry], length = INA_HEADER_BYTES + 4 * c->words;
+    write_control(j->packet, INA_RESULT, j->id, seq, c->format, j->full);
+    ina_store_words(j->packet + INA_HEADER_BYTES, sums, c->words);
+    ring_put(j, seq, c->format.flags != 0, j->packet, length);
+    c->generation++;
+    seqmap_remove(&j->pending, entry);
+    fetch_pop(j, seq); /* every worker gets the RESULT below */
+    for (uint32_t r = 0; r < j->n; r++) send_copy(ps, tx, j->workers[r], j->packet, length);
+    ps->counts[C_completed]++;
+}
+
+/* Add a piece (`sums`: host words, or NULL to read big-endian `payload`) to its chunk: the chunk's entry if it
+ * is still incomplete, -1 if it completed or the piece was refused. */
+static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint32_t *sums, const uint8_t *payload, uint32_t words,
+                         double now, ina_tx *tx) {
+    chunk_format f = format_of(h);
+    int32_t entry = seqmap_find(&j->pending, h->seq);
+    chunk *c;
+    if (entry < 0) {
+        if (j->pending.count >= j->cap) {
+            ps->counts[C_overloaded]++;
+            return -1;
+        }
+        entry = seqmap_insert(&j->pending, h->seq);
+        c = &j->chunks[entry];
+        c->format = f, c->words = words, c->created = now;
+        c->flush_interval = ps->flush_delay, c->flush_at = now + ps->flush_delay;
+        c->held = 0, c->count = 0, c->disjoint = 1;
+        if (j->has_switch) schedule(ps, j, entry);
+    } else {
+        c = &j->chunks[entry];
+        if (!format_eq(c->format, f)) {
+            ps->counts[C_mismatch]++;
+            return -1;
+        }
+    }
+    uint32_t bitmap = h->bitmap;
+    if ((bitmap & (bitmap - 1)) && c->count >= 2 * j->n) {
+        ps->counts[C_overloaded]++;
+        return entry;
+    }
+    for (uint32_t i = 0; i < c->count; i++) {
+        if (c->bitmaps[i] == bitmap) {
+            ps->counts[C_duplicate]++;
+            return entry;
+        }
+    }
+    if (c->count == c->room || (size_t)(c->count + 1) * c->words > c->sums_room) { /* entries are reused: sizes vary */
+        uint32_t room = c->room > c->count ? c->room : (c->room ? 2 * c->room : j->n);
+        uint32_t *bitmaps = realloc(c->bitmaps, room * sizeof *bitmaps);
+        if (bitmaps) c->bitmaps = bitmaps, c->room = room;
+        size_t sums_room = (size_t)c->room * c->words;
+        uint32_t *grown = bitmaps && sums_room > c->sums_room ? realloc(c->sums, sums_room * sizeof *grown) : c->sums;
+        if (!bitmaps || !grown) {
+            ps->counts[C_overloaded]++; /* out of memory: refused like a piece beyond the bound */
+            return entry;
+        }
+        if (sums_room > c->sums_room) c->sums = grown, c->sums_room = sums_room;
+    }
+    uint32_t *into = c->sums + (size_t)c->count * c->words;
+    if (sums) memcpy(into, sums, c->words * sizeof *into);
+    else ina_load_words(into, payload, c->words);
+    c->bitmaps[c->count++] = bitmap;
+    c->disjoint &= !(bitmap & c->held);
+    c->held |= bitmap;
+    ps->counts[C_pieces]++;
+    if (c->held != j->full) return entry;
+    int found = chunk_result(c, j->full, j->scratch);
+    if (found != 1) return entry;
+    complete(ps, j, entry, j->scratch, tx);
+    return -1;
+}
+
+/* Tell a resending worker which workers' contributions the PS holds. */
+static void status(PS *ps, job *j, const ina_header *h, uint32_t bitmap, ina_tx *tx) {
+    send_control(ps, tx, j->workers[h->rank], INA_STATUS, j->id, h->seq, format_of(h), bitmap);
+    ps->counts[C_status_sent]++;
+}
+
+/* A worker resent a chunk whose result the PS lacks: remember it, and ask the other workers at most once per flush_delay. */
+static void fetch_result(PS *ps, job *j, const ina_header *h, double now, ina_tx *tx) {
+    chunk_format f = format_of(h);
+    int32_t e = seqmap_find(&j->fetches, h->seq);
+    if (e < 0) {
+        if (j->fetches.count >= j->cap) {
+            seqmap_remove(&j->fetches, j->fetches.head);
+            ps->counts[C_overloaded]++;
+        }
+        e = seqmap_insert(&j->fetches, h->seq);
+        j->fetchv[e] = (fetch){f, 0, 0, 0.0};
+    } else if (!format_eq(j->fetchv[e].format, f)) {
+        ps->counts[C_mismatch]++;
+        return;
+    }
+    fetch *x = &j->fetchv[e];
+    x->requesters |= h->bitmap;
+    if (x->sent && now < x->sent_at + ps->flush_delay) return;
+    x->sent = 1, x->sent_at = now;
+    for (uint32_t r = 0; r < j->n; r++)
+        if (r != h->rank) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, h->seq, f, 0);
+    ps->counts[C_fetch_sent] += j->n - 1;
+}
+
+/* Keep a RESULT received, drop the chunk's pieces and answer the workers that asked; 0 if stored already. */
+static int store(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_tx *tx) {
+    if (!ring_put(j, h->seq, (h->flags & INA_FLAG_MAX) != 0, data, (uint32_t)length)) return 0;
+    int32_t entry = seqmap_find(&j->pending, h->seq);
+    if (entry >= 0) drop_chunk(ps, j, entry, C_superseded);
+    int32_t e = seqmap_find(&j->fetches, h->seq);
+    if (e >= 0) {
+        uint32_t requesters = j->fetchv[e].requesters;
+        seqmap_remove(&j->fetches, e);
+        for (uint32_t r = 0; r < j->n; r++)
+            if (requesters >> r & 1) send_copy(ps, tx, j->workers[r], data, (uint32_t)length);
+        ps->counts[C_results_replayed] += (uint64_t)__builtin_popcount(requesters);
+    }
+    return 1;
+}
+
+static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, ina_addr source, double now, ina_tx *tx) {
+    if (!(h->rank < j->n && (ina_addr_eq(source, j->workers[h->rank]) || (j->has_switch && ina_addr_eq(source, j->sw))))) {
+        ps->counts[C_unregistered]++;
+        return;
+    }
+    if (!format_ok(j, h)) {
+        ps->counts[C_bad_format]++;
+        return;
+    }
+    observe(j, h->seq);
+    int32_t e = seqmap_find(&j->ring, h->seq);
+    if (e >= 0) {
+        const stored *s = &j->results[e];
+        if (s->is_max != ((h->flags & INA_FLAG_MAX) != 0)) {
+            ps->counts[C_mismatch]++;
+            return;
+        }
+        send_copy(ps, tx, j->workers[h->rank], s->packet, s->length);
+        ps->counts[C_results_replayed]++;
+        return;
+    }
+    if (proven_complete(j, h->seq)) {
+        ps->counts[C_stale]++;
+        if (h->flags & INA_FLAG_RESEND) {
+            fetch_result(ps, j, h, now, tx);
+            status(ps, j, h, j->full, tx);
+        }
+        return;
+    }
+    const uint8_t *payload = data + INA_HEADER_BYTES;
+    int32_t entry;
+    if (h->index_bits) {
+        lookup_lanes(&j->table, payload, j->words, j->scratch);
+        entry = add_piece(ps, j, h, j->scratch, NULL, j->table.out_bytes / 4, now, tx);
+    } else {
+        entry = add_piece(ps, j, h, NULL, payload, j->words, now, tx);
+    }
+    if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
+        if (j->has_switch) fetch_result(ps, j, h, now, tx);
+        status(ps, j, h, j->chunks[entry].held, tx);
+    }
+}
+
+static void on_partial(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, double now,
+                       ina_tx *tx) {
+    if (!(j->has_switch && ina_addr_eq(source, j->sw))) ps->counts[C_unregistered]++;
+    else if (!h->bitmap || (h->bitmap & ~j->full)) ps->counts[C_bad_bitmap]++;
+    else if (!format_ok(j, h)) ps->counts[C_bad_format]++;
+    else {
+        observe(j, h->seq);
+        if (seqmap_find(&j->ring, h->seq) >= 0) ps->counts[C_late]++;
+        else if (proven_complete(j, h->seq)) ps->counts[C_stale]++;
+        else add_piece(ps, j, h, NULL, data + INA_HEADER_BYTES, (uint32_t)(length - INA_HEADER_BYTES) / 4, now, tx);
+    }
+}
+
+static void on_result(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, ina_tx *tx) {
+    if (j->has_switch && ina_addr_eq(source, j->sw)) {
+        if (h->bitmap != j->full) {
+            ps->counts[C_bad_bitmap]++;
+            return;
+        }
+        observe(j, h->seq);
+        if (!store(ps, j, h, data, length, tx)) {
+            ps->counts[C_duplicate]++;
+            return;
+        }
+        ps->counts[C_result_copies]++;
+        return;
+    }
+    int worker = 0;
+    for (uint32_t r = 0; r < j->n && !worker; r++) worker = ina_addr_eq(source, j->workers[r]);
+    if (!worker) {
+        ps->counts[C_unregistered]++;
+        return;
+    }
+    int32_t e = seqmap_find(&j->fetches, h->seq);
+    if (e < 0) ps->counts[C_unsolicited]++;
+    else if (h->bitmap != j->full) ps->counts[C_bad_bitmap]++;
+    else if (!format_eq(format_of(h), j->fetchv[e].format)) ps->counts[C_mismatch]++;
+    else {
+        store(ps, j, h, data, length, tx);
+        ps->counts[C_fetched]++;
+    }
+}
+
+static void ps_receive(void *self, const uint8_t *data, size_t length, ina_addr source, double now, ina_tx *tx) {
+    PS *ps = self;
+    ps->counts[C_rx]++;
+    ina_header h;
+    if (!ina_parse_header(data, length, &h)) {
+        ps->counts[C_malformed]++;
+        return;
+    }
+    job *j = ps->jobs[h.job];
+    if (!ina_length_ok(&h, length, j ? j->words : ps->words)) {
+        ps->counts[C_malformed]++;
+        return;
+    }
+    if (h.kind != INA_DATA && h.kind != INA_PARTIAL && h.kind != INA_RESULT) ps->counts[C_unexpected]++;
+    else if (!j) ps->counts[C_unregistered]++;
+    else if (h.kind == INA_DATA) ps->counts[C_rx_data]++, on_data(ps, j, &h, data, source, now, tx);
+    else if (h.kind == INA_PARTIAL) ps->counts[C_rx_partial]++, on_partial(ps, j, &h, data, length, source, now, tx);
+    else ps->counts[C_rx_result]++, on_result(ps, j, &h, data, length, source, tx);
+}
+
+/* Ask the switch to flush a stalled chunk, then wait twice as long for the next request. */
+static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
+    chunk *c = &j->chunks[entry];
+    uint32_t seq = j->pending.key[entry];
+    if (proven_complete(j, seq)) {
+        drop_chunk(ps, j, entry, C_retired);
+        return;
+    }
+    send_control(ps, tx, j->sw, INA_FLUSH, j->id, seq, c->format, 0);
+    ps->counts[C_flush_sent]++;
+    c->flush_interval = 2 * c->flush_interval < FLUSH_CAP ? 2 * c->flush_interval : FLUSH_CAP;
+    c->flush_at = now + c->flush_interval;
+    schedule(ps, j, entry);
+}
+
+static void ps_tick(void *self, double now, ina_tx *tx) {
+    PS *ps = self;
+    while (ps->heap_count && ps->heap[0].due <= now) {
+        timer t = ps->heap[0];
+        heap_pop(ps);
+        if (timer_current(&t)) flush(ps, t.owner, t.entry, now, tx);
+    }
+    for (uint32_t k = 0; k < ps->njobs; k++) {
+        job *j = ps->jobs[ps->order[k]];
+        while (j->pending.count) {
+            int32_t oldest = j->pending.head;
+            if (j->chunks[oldest].created + ps->piece_timeout > now) break;
+            drop_chunk(ps, j, oldest, C_expired);
+        }
+    }
+}
+
+static double ps_next_deadline(void *self) {
+    PS *ps = self;
+    while (ps->heap_count && !timer_current(&ps->heap[0])) heap_pop(ps);
+    double deadline = ps->heap_count ? ps->heap[0].due : INFINITY;
+    for (uint32_t k = 0; k < ps->njobs; k++) {
+        const job *j = ps->jobs[ps->order[k]];
+        if (j->pending.count) {
+            double expiry = j->chunks[j->pending.head].created + ps->piece_timeout;
+            if (expiry < deadline) deadline = expiry;
+        }
+    }
+    return deadline;
+}
+
+/* ------------------------------------------------------------------ Python */
+
+static int PS_init(PS *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"words", "flush_delay", "piece_timeout", "messages", NULL};
+    unsigned int words, messages = 64;
+    double flush_delay, piece_timeout;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Idd|I", names, &words, &flush_delay, &piece_timeout, &messages)) return -1;
+    if (self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "a parameter server core is initialized once");
+        return -1;
+    }
+    if (words < 1 || messages < 1) {
+        PyErr_SetString(PyExc_ValueError, "words and messages must be positive");
+        return -1;
+    }
+    if (ina_loop_init(&self->loop, messages) < 0) {
+        PyErr_SetString(PyExc_MemoryError, self->loop.error);
+        return -1;
+    }
+    self->words = words, self->flush_delay = flush_delay, self->piece_timeout = piece_timeout;
+    self->node = (ina_node){self, ps_receive, ps_tick, ps_next_deadline};
+    self->ready = 1;
+    return 0;
+}
+
+static void forget_timers(PS *ps, const job *j) {
+    size_t kept = 0;
+    for (size_t i = 0; i < ps->heap_count; i++)
+        if (ps->heap[i].owner != j) ps->heap[kept++] = ps->heap[i];
+    ps->heap_count = kept;
+    for (size_t i = kept / 2 + 1; i-- > 0;)
+        if (i < kept) heap_sift_down(ps, i);
+}
+
+static void remove_job(PS *ps, uint16_t id) {
+    job *j = ps->jobs[id];
+    ps->jobs[id] = NULL;
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < ps->njobs; k++)
+        if (ps->order[k] != id) ps->order[kept++] = ps->order[k];
+    ps->njobs = kept;
+    forget_timers(ps, j);
+    job_free(j);
+}
+
+static void PS_dealloc(PS *self) {
+    if (self->ready) {
+        for (uint32_t k = self->njobs; k-- > 0;) remove_job(self, self->order[k]);
+        free(self->heap);
+        ina_loop_free(&self->loop);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int not_ready(PS *self) {
+    if (self->ready) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "the parameter server core was not initialized");
+    return 1;
+}
+
+/* register(job, words, window, ring, lane_bits, index_bits, workers, switch, table): workers is (ip, port) uint32
+ * pairs as bytes, switch (ip, port) or None, table the levels as uint32 bytes (empty without indices). */
+static PyObject *PS_register(PS *self, PyObject *args) {
+    unsigned int id, words, window, cap, lane_bits, index_bits;
+    Py_buffer workers, table;
+    PyObject *sw;
+    if (not_ready(self)) return NULL;
+    if (!PyArg_ParseTuple(args, "IIIIIIy*Oy*", &id, &words, &window, &cap, &lane_bits, &index_bits, &workers, &sw, &table))
+        return NULL;
+    PyObject *result = NULL;
+    job *j = NULL;
+    unsigned n = (unsigned)(workers.len / 8);
+    unsigned switch_ip = 0, switch_port = 0;
+    if (sw != Py_None && !PyArg_ParseTuple(sw, "II", &switch_ip, &switch_port)) goto done;
+    if (id >= 1 << 16 || !words || !window || !cap || n < 1 || n > INA_MAX_WORKERS || workers.len % 8 ||
+        !ina_lane_width_ok(lane_bits) || index_bits > INA_MAX_INDEX_BITS ||
+        (index_bits && (size_t)table.len != 4 * ((size_t)1 << index_bits))) {
+        PyErr_SetString(PyExc_ValueError, "a job the Python control plane did not check");
+        goto done;
+    }
+    j = calloc(1, sizeof *j);
+    if (!j) goto nomem;
+    j->id = (uint16_t)id, j->words = words, j->n = n, j->full = n == 32 ? 0xFFFFFFFFu : (1u << n) - 1;
+    j->window = window, j->cap = cap, j->lane_bits = (uint8_t)lane_bits;
+    const uint32_t *peers = workers.buf;
+    for (unsigned r = 0; r < n; r++) j->workers[r] = (ina_addr){peers[2 * r], (uint16_t)peers[2 * r + 1]};
+    j->has_switch = sw != Py_None, j->sw = (ina_addr){switch_ip, (uint16_t)switch_port};
+    uint32_t longest = words;
+    if (index_bits) {
+        if (lookup_init(&j->table, table.buf, index_bits, lane_bits, words) < 0) goto nomem;
+        j->has_table = 1;
+        if (j->table.out_bytes / 4 > longest) longest = j->table.out_bytes / 4;
+    }
+    j->scratch = malloc(longest * sizeof *j->scratch), j->packet = malloc(INA_HEADER_BYTES + 4 * (size_t)longest);
+    j->chunks = calloc(cap, sizeof *j->chunks), j->results = calloc(cap, sizeof *j->results);
+    j->fetchv = calloc(cap, sizeof *j->fetchv);
+    if (!j->scratch || !j->packet || !j->chunks || !j->results || !j->fetchv || seqmap_init(&j->pending, cap) < 0 ||
+        seqmap_init(&j->ring, cap) < 0 || seqmap_init(&j->fetches, cap) < 0)
+        goto nomem;
+    ina_py_lock(&self->loop);
+    if (self->jobs[id]) {
+        ina_py_unlock(&self->loop);
+        PyErr_Format(PyExc_ValueError, "job %u is already registered", id);
+        goto done;
+    }
+    self->jobs[id] = j, self->order[self->njobs++] = (uint16_t)id;
+    ina_py_unlock(&self->loop);
+    j = NULL;
+    result = Py_NewRef(Py_None);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    job_free(j);
+    PyBuffer_Release(&workers), PyBuffer_Release(&table);
+    return result;
+}
+
+static PyObject *PS_deregister(PS *self, PyObject *args) {
+    unsigned int id;
+    if (not_ready(self) || !PyArg_ParseTuple(args, "I", &id)) return NULL;
+    if (id >= 1 << 16) return PyErr_Format(PyExc_ValueError, "job %u is not registered", id);
+    ina_py_lock(&self->loop);
+    int known = self->jobs[id] != NULL;
+    if (known) remove_job(self, (uint16_t)id);
+    ina_py_unlock(&self->loop);
+    if (!known) return PyErr_Format(PyExc_ValueError, "job %u is not registered", id);
+    Py_RETURN_NONE;
+}
+
+/* (pending, results, fetching) of a registered job. */
+static PyObject *PS_job_state(PS *self, PyObject *args) {
+    unsigned int id;
+    if (not_ready(self) || !PyArg_ParseTuple(args, "I", &id)) return NULL;
+    ina_py_lock(&self->loop);
+    const job *j = id < 1 << 16 ? self->jobs[id] : NULL;
+    unsigned pending = j ? j->pending.count : 0, results = j ? j->ring.count : 0, fetching = j ? j->fetches.count : 0;
+    ina_py_unlock(&self->loop);
+    if (!j) return PyErr_Format(PyExc_ValueError, "job %u is not registered", id);
+    return Py_BuildValue("III", pending, results, fetching);
+}
+
+static PyObject *PS_counters(PS *self, PyObject *unused) {
+    (void)unused;
+    if (not_ready(self)) return NULL;
+    uint64_t counts[C_COUNT];
+    ina_py_lock(&self->loop);
+    memcpy(counts, self->counts, sizeof counts);
+    ina_py_unlock(&self->loop);
+    PyObject *out = PyTuple_New(C_COUNT);
+    for (int i = 0; out && i < C_COUNT; i++) {
+        PyObject *value = PyLong_FromUnsignedLongLong(counts[i]);
+        if (!value) return Py_DECREF(out), NULL;
+        PyTuple_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
+static PyObject *PS_receive(PS *self, PyObject *args) { return not_ready(self) ? NULL : ina_py_receive(&self->loop, &self->node, args); }
+static PyObject *PS_tick(PS *self, PyObject *args) { return not_ready(self) ? NULL : ina_py_tick(&self->loop, &self->node, args); }
+static PyObject *PS_next_deadline(PS *self, PyObject *unused) {
+    (void)unused;
+    return not_ready(self) ? NULL : ina_py_next_deadline(&self->loop, &self->node);
+}
+static PyObject *PS_serve(PS *self, PyObject *args) { return not_ready(self) ? NULL : ina_py_serve(&self->loop, &self->node, args); }
+static PyObject *PS_stop(PS *self, PyObject *unused) {
+    (void)unused;
+    return not_ready(self) ? NULL : ina_py_stop(&self->loop);
+}
+static PyObject *PS_refused(PS *self, PyObject *unused) {
+    (void)unused;
+    return not_ready(self) ? NULL : ina_py_refused(&self->loop);
+}
+
+static PyMethodDef PS_methods[] = {
+    {"register", (PyCFunction)PS_register, METH_VARARGS, "Add an admitted job (ina/ps/native.py checks it first)."},
+    {"deregister", (PyCFunction)PS_deregister, METH_VARARGS, "Forget a job: its pieces, results, fetches and timers."},
+    {"job_state", (PyCFunction)PS_job_state, METH_VARARGS, "(pending, results, fetching) of a job."},
+    {"counters", (PyCFunction)PS_counters, METH_NOARGS, "Every counter, in the order of COUNTERS."},
+    {"receive", (PyCFunction)PS_receive, METH_VARARGS, "receive(data, start, length, ip, port, now): what to send."},
+    {"tick", (PyCFunction)PS_tick, METH_VARARGS, "tick(now): the FLUSH requests and expiries due."},
+    {"next_deadline", (PyCFunction)PS_next_deadline, METH_NOARGS, "When tick next has work, or None."},
+    {"serve", (PyCFunction)PS_serve, METH_VARARGS, "serve(fd): serve a bound UDP socket until stop(), GIL released."},
+    {"stop", (PyCFunction)PS_stop, METH_NOARGS, "Make serve() return (any thread)."},
+    {"refused", (PyCFunction)PS_refused, METH_NOARGS, "Datagrams the kernel refused to send."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PSType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ina.ps._native.ParameterServer",
+    .tp_basicsize = sizeof(PS),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The PS's data plane (docs/protocol.md, section 6); ina.ps.native wraps it.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)PS_init,
+    .tp_dealloc = (destructor)PS_dealloc,
+    .tp_methods = PS_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ina.ps._native", "The parameter server's data plane in C.", -1, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&PSType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    PyObject *names = PyTuple_New(C_COUNT);
+    for (int i = 0; names && i < C_COUNT; i++) PyTuple_SET_ITEM(names, i, PyUnicode_FromString(counter_names[i]));
+    if (!names || PyModule_AddObject(m, "COUNTERS", names) < 0 || PyModule_AddObjectRef(m, "ParameterServer", (PyObject *)&PSType) < 0) {
+        Py_XDECREF(names);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,156 @@
+"""The parameter server with its data plane in C (ina/ps/_native.c), behind `ParameterServer`'s interface.
+
+Pieces, exact cover, the result ring, fetches, FLUSH timers and every counter live in C, so
+`NativeRunner` serves the PS with the GIL released and batched system calls. The control plane
+stays here: registration checks and the operator policy (ina.ps.limits, shared with the Python
+PS), which hand each admitted job to the C core. `ps_core` picks the native PS where it built,
+the Python reference otherwise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from ina.control import JobSpec
+from ina.control.policy import caller, check_owner
+from ina.net.frames import Frames
+from ina.net.native import from_native, load_native, to_native
+from ina.net.node import Datagram
+from ina.ps.core import COUNTERS, ParameterServer
+from ina.ps.limits import MAX_WORDS, admit, check_options
+
+MODULE, WHAT = "ina.ps._native", "parameter server"
+PATHS = ("python", "native")
+
+
+def native_module() -> ModuleType | None:
+    """The C data plane, or None (not built, or INA_NATIVE_PACKETS=0: ina.net.native.load_native)."""
+    return load_native(MODULE, WHAT)
+
+
+def ps_core(words: int, path: str | None = None, messages: int = 64, **options: Any) -> ParameterServer | NativeParameterServer:
+    """The PS on `path`: "native", "python", or None for native where it built; `options` as for `ParameterServer`,
+    and the native loop's datagrams per receive call `messages`."""
+    if path not in (None, *PATHS):
+        raise ValueError(f"path must be one of {PATHS} or None (native where built), got {path!r}")
+    module = native_module() if path != "python" else None
+    if module is None and path == "native":
+        raise RuntimeError("the native parameter server is not available: build it (python setup.py build_ext --inplace) "
+                           "and unset INA_NATIVE_PACKETS=0, or use the Python path")  # fmt: skip
+    if module is None:
+        return ParameterServer(words, **options)
+    return NativeParameterServer(words, messages=messages, module=module, **options)
+
+
+def _peer(host: str, port: int) -> tuple[int, int]:
+    """An address as the C core compares it: IPv4 and port as integers (names resolved, as PSServer does)."""
+    try:
+        ip = ipaddress.IPv4Address(host)
+    except ValueError:
+        ip = ipaddress.IPv4Address(socket.gethostbyname(host))
+    return int(ip), port
+
+
+class NativeParameterServer:
+    """`ParameterServer` with the C data plane: a `Node` and `FrameNode` for packets, a `ControlTarget`
+    for its jobs, and the `NativeCore` that `NativeRunner` serves. Thread-safe."""
+
+    role = "ps"
+    path = "native"
+
+    def __init__(self, words: int, *, flush_delay: float = 0.002, piece_timeout: float = 60.0, result_retention: int = 64,
+                 max_words: int = MAX_WORDS, messages: int = 64, module: ModuleType | None = None) -> None:  # fmt: skip
+        check_options(words, flush_delay, piece_timeout, result_retention, max_words)
+        module = module or native_module()
+        if module is None:
+            raise RuntimeError(f"{MODULE} is not built: python setup.py build_ext --inplace")
+        if tuple(module.COUNTERS) != COUNTERS:
+            raise ImportError(f"{MODULE} counts {module.COUNTERS}, the Python PS {COUNTERS}: rebuild it")
+        self.words = words
+        self.max_words = max_words
+        self.flush_delay = flush_delay
+        self.piece_timeout = piece_timeout
+        self.result_retention = result_retention
+        self._core = module.ParameterServer(words, flush_delay, piece_timeout, messages)
+        self._jobs: dict[int, tuple[JobSpec, str | None, int]] = {}
+        """The registered jobs as the control plane admitted them: spec, owner, ring."""
+        self._lock = threading.Lock()  # the Python table; the C core has a lock of its own
+
+    # --- Node and FrameNode -----------------------------------------------------------
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        return from_native(self._core.receive(*to_native(frames), now))
+
+    def tick(self, now: float) -> list[Datagram]:
+        return self.tick_frames(now).datagrams()
+
+    def tick_frames(self, now: float) -> Frames:
+        return from_native(self._core.tick(now))
+
+    def next_deadline(self) -> float | None:
+        return self._core.next_deadline()
+
+    # --- NativeCore, for NativeRunner -------------------------------------------------
+
+    def serve(self, fd: int) -> None:
+        self._core.serve(fd)
+
+    def stop(self) -> None:
+        self._core.stop()
+
+    def refused(self) -> int:
+        return self._core.refused()
+
+    # --- ControlTarget ----------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "words": self.words,
+            "max_words": self.max_words,
+            "flush_delay": self.flush_delay,
+            "piece_timeout": self.piece_timeout,
+            "result_retention": self.result_retention,
+        }
+
+    def register(self, spec: JobSpec) -> dict[str, Any]:
+        """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""
+        with self._lock:
+            spec, owner, words, ring = admit(spec, self._jobs, self.words, self.max_words, self.result_retention)
+            workers = np.array([_peer(w.host, w.port) for w in spec.workers], dtype=np.uint32).tobytes()
+            switch = None if spec.switch is None else _peer(spec.switch.host, spec.switch.port)
+            table = np.asarray(spec.table, dtype=np.uint32).tobytes()
+            self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table)
+            self._jobs[spec.job] = (spec, owner, ring)
+        return {"job": spec.job, "ring": ring}
+
+    def deregister(self, job: int) -> None:
+        with self._lock:
+            entry = self._jobs.get(job)
+            if entry is None:
+                raise ValueError(f"job {job} is not registered")
+            check_owner(caller(), job, entry[1])
+            del self._jobs[job]
+            self._core.deregister(job)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            listed = []
+            for job, (spec, owner, ring) in self._jobs.items():
+                pending, results, fetching = self._core.job_state(job)
+                listed.append({**spec.to_json(), "pending": pending, "results": results, "ring": ring, "fetching": fetching,
+                               **({} if owner is None else {"owner": owner})})  # fmt: skip
+            return listed
+
+    def counters(self) -> dict[str, int]:
+        return dict(zip(COUNTERS, self._core.counters()))
