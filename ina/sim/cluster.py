@@ -37,7 +37,8 @@ class Cluster:
     """One switch (pool `pool`, policy `policy`), one PS and the jobs added with `add_job`.
 
     With `switch=False` there is no switch: jobs run in PS-only mode. `engine` holds the
-    EngineConfig timing fields every worker gets (min_rto, max_rto, initial_rto, peer_timeout).
+    EngineConfig timing fields every worker gets (min_rto, max_rto, initial_rto, peer_timeout);
+    `engine_type` builds each worker's engine (the Python `Engine`, or `ina.transport.native.NativeEngine`).
     """
 
     words: int
@@ -51,6 +52,7 @@ class Cluster:
     switch_host: Hosts = Hosts()
     engine: dict[str, float] = field(default_factory=dict)
     ps_options: dict[str, Any] = field(default_factory=dict)
+    engine_type: Callable[[EngineConfig, PriorityPolicy | None], Engine] = Engine
     net: Network = field(init=False)
     switch_core: SwitchCore | None = field(init=False)
     ps: ParameterServer = field(init=False)
@@ -107,7 +109,7 @@ class Cluster:
                 sources=frozenset({PS_ADDR} if ps_only else {SWITCH_ADDR, PS_ADDR}), first_seq=first_seq,
                 **self.engine,
             )
-            engine = Engine(config, policy() if policy is not None else None)
+            engine = self.engine_type(config, policy() if policy is not None else None)
             engines.append(engine)
             self.net.attach(addr, wrap(engine) if wrap else engine, self.workers.link,
                             processing=self.workers.processing, coalesce=self.workers.coalesce)
