@@ -71,3 +71,29 @@ def test_the_engine_writes_the_policys_answer_at_send_time():
     result = first_header.with_(kind=Kind.RESULT, rank=0, priority=0, bitmap=1)
     (second,) = engine.receive([Datagram(result.pack(payload), ("s", 1))], 0.03)
     assert parse(second.data, 4)[0].priority == policy.base(0.03) + 3  # waited 30 ms in the queue
+
+
+def test_a_policy_of_its_own_runs_on_the_python_engine_and_says_so():
+    """The native core computes the built-in policies itself; any other object needs Python to call it."""
+    from ina.net.udp import open_socket
+    from ina.transport.native import NativeEngine, native_module
+    from ina.transport.udp_engine import NativeUdpEngine, UdpEngine, serve_engine
+
+    if native_module() is None:
+        pytest.skip("ina.transport._native is not built")
+
+    class Mine(IntensityPriority):
+        pass
+
+    config = EngineConfig(job=1, rank=0, workers=1, words=4, window=1, pool=4, destination=("127.0.0.1", 9),
+                          sources=frozenset({("127.0.0.1", 9)}))  # fmt: skip
+    with pytest.raises(ValueError, match="not Mine"):
+        NativeEngine(config, Mine())
+    with pytest.warns(RuntimeWarning, match="the policy Mine runs on the much slower Python engine"):
+        python = serve_engine(config, open_socket(("127.0.0.1", 0)), Mine())
+    native = serve_engine(config, open_socket(("127.0.0.1", 0)), FixedPriority(3))
+    try:
+        assert type(python) is UdpEngine and type(native) is NativeUdpEngine
+    finally:
+        python.close()
+        native.close()
