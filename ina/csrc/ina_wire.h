@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define INA_MAGIC 0xA7
 #define INA_VERSION 1
@@ -40,13 +41,30 @@ static inline uint16_t ina_load16(const uint8_t *p) { return (uint16_t)(p[0] << 
 
 static inline void ina_store16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8), p[1] = (uint8_t)v; }
 
-/* Payload words (big-endian on the wire) to and from host-order uint32; compilers vectorize these. */
+/* Big-endian 32-bit words to and from host order, a whole word at a time (a byte swap, or
+ * nothing on a big-endian host): compilers vectorize this form, not the byte-by-byte one. */
+static inline uint32_t ina_be32(uint32_t v) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return v;
+#else
+    return __builtin_bswap32(v);
+#endif
+}
+
+/* Payload words (big-endian on the wire) to and from host-order uint32. */
 static inline void ina_load_words(uint32_t *dst, const uint8_t *src, size_t words) {
-    for (size_t i = 0; i < words; i++) dst[i] = ina_load32(src + 4 * i);
+    for (size_t i = 0; i < words; i++) {
+        uint32_t v;
+        memcpy(&v, src + 4 * i, 4);
+        dst[i] = ina_be32(v);
+    }
 }
 
 static inline void ina_store_words(uint8_t *dst, const uint32_t *src, size_t words) {
-    for (size_t i = 0; i < words; i++) ina_store32(dst + 4 * i, src[i]);
+    for (size_t i = 0; i < words; i++) {
+        uint32_t v = ina_be32(src[i]);
+        memcpy(dst + 4 * i, &v, 4);
+    }
 }
 
 static inline int ina_lane_width_ok(unsigned width) { return width == 8 || width == 16 || width == 32; }
