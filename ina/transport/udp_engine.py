@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import warnings
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future
 from typing import Literal, NamedTuple, Sequence
 
@@ -64,6 +64,11 @@ class UdpEngine:
     @property
     def address(self) -> tuple[str, int]:
         return self.runner.address
+
+    @property
+    def counters(self) -> Counter[str]:
+        """The engine's counters (`Engine.counters`), as of now."""
+        return Counter(self.engine.counters)
 
     def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0) -> Future:
         """Queue one reduction (see `Engine.submit`); its future completes on the serving thread."""
@@ -182,6 +187,11 @@ class NativeUdpEngine:
     def bytes_sent(self) -> int:
         """UDP payload bytes handed to the socket: headers and resends included."""
         return self.core.bytes_sent()
+
+    @property
+    def counters(self) -> Counter[str]:
+        """The engine's counters (`Engine.counters`), as of now."""
+        return Counter(self.core.counters())
 
     def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0) -> Future:
         """Queue one reduction (see `Engine.submit`); its future completes on the completion thread."""
