@@ -1,7 +1,8 @@
 """THC-like reductions and a driver that runs them on a simulated cluster (engines, switch, PS).
 
 Shared by the exactness tests: each reduction knows every rank's words and the direct sum
-a collective all_reduce of the same table values would give.
+a collective all_reduce of the same table values would give. A test module that imports
+`ps_path` runs every test on both PSes (the Python reference and the native one).
 """
 
 from __future__ import annotations
@@ -9,12 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
+from ps_support import PS_PATHS
 
 from ina.net.node import Address, Datagram
 from ina.protocol import Kind, MalformedPacket, pack_fields, parse, result_words
 from ina.protocol.packing import fields_per_word
+from ina.ps.native import ps_core
 from ina.sim.cluster import Cluster
 from ina.transport.errors import TransportError
+
+@pytest.fixture(params=PS_PATHS, autouse=True)
+def ps_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every simulated cluster of the test builds its PS on this path."""
+    monkeypatch.setattr("ina.sim.cluster.ParameterServer", lambda words, **options: ps_core(words, request.param, **options))
+    return request.param
+
 
 THC_TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
 """The THC table for b = 4, g = 30 (DESIGN.md, THC step 6): 8-bit lanes hold its sums for n <= 8."""
