@@ -16,9 +16,11 @@ from torch.nn.parallel import DistributedDataParallel
 from ina import THCState, thc_hook
 from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.launch import LocalAggregators, run_workers
+from ina.net.native import DISABLE
 from ina.transport import create_transport
 from ina.transport.collective import CollectiveTransport
 from ina.transport.errors import TransportError
+from ina.transport.native import native_module
 
 # (workers, bits, granularity): 8-bit lanes, odd index widths (3 and 5 bits: 10 and 6 per word),
 # and 16-bit lanes. 32-bit lanes need workers * granularity > 65535, beyond THC's 32 x 255:
@@ -54,7 +56,18 @@ def _sums(rank: int, workers: int, options: dict[str, dict[str, str]]) -> list[t
     return outcomes
 
 
-def test_switch_and_ps_sums_are_bit_identical_to_the_collective(transport_options):
+@pytest.fixture(params=["python", "native"])
+def worker_engine(request, monkeypatch) -> str:
+    """The engine the worker processes serve: with INA_NATIVE_PACKETS=0 they take the Python one.
+    (The module's aggregators are up before this runs, so they keep their own path.)"""
+    if request.param == "python":
+        monkeypatch.setenv(DISABLE, "0")
+    elif native_module() is None:
+        pytest.skip("ina.transport._native is not built")
+    return request.param
+
+
+def test_switch_and_ps_sums_are_bit_identical_to_the_collective(transport_options, worker_engine):
     widths = set()
     for case, results in run_workers(_sums, 4, transport_options)[0]:
         n, _, granularity = case
@@ -88,7 +101,7 @@ def _losses(rank: int, workers: int, options: dict[str, dict[str, str]]) -> dict
     return outcome
 
 
-def test_ddp_training_through_the_switch_and_the_ps_ends_at_the_collective_loss(aggregators, transport_options):
+def test_ddp_training_through_the_switch_and_the_ps_ends_at_the_collective_loss(aggregators, transport_options, worker_engine):
     results = run_workers(_losses, 4, transport_options, timeout=60)
     losses = {name: loss for name, (loss, _) in results[0].items()}
     # Same seeds, same exact integer sums, the same decoding: the same bits, not just close.

@@ -25,12 +25,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, THCConfig, pack_bits, sum_lane_bits, unpack_bits
+from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.control import Endpoint, JobSpec
 from ina.protocol import result_words
 from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
+from ina.transport.payload import pack_words, unpack_words
 from ina.transport.priority import PriorityPolicy
 from ina.transport.udp_engine import ServedEngine, serve_engine
 from ina.transport.udp_setup import (
@@ -199,18 +200,18 @@ class _UdpTransport(Transport):
         count, device = indices.numel(), indices.device
 
         def sums(result: np.ndarray) -> torch.Tensor:
-            return self._unpack(torch.from_numpy(result.view(np.int32)).to(device), index_bits, count)
+            return self._unpack(result, index_bits, count).to(device)
 
-        future = engine.submit(words.cpu().numpy().view(np.uint32), op="sum", lane_bits=self._lane_bits, index_bits=index_bits)
+        future = engine.submit(words, op="sum", lane_bits=self._lane_bits, index_bits=index_bits)
         return _torch_future(future, sums, device)
 
     @abstractmethod
-    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
-        """The SUM reduction's int32 words and its index_bits (0: lanes)."""
+    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
+        """The SUM reduction's uint32 words (ina.transport.payload) and its index_bits (0: lanes)."""
 
-    def _unpack(self, words: torch.Tensor, index_bits: int, count: int) -> torch.Tensor:
+    def _unpack(self, words: np.ndarray, index_bits: int, count: int) -> torch.Tensor:
         """The first `count` lane sums, as the collective would return them (uint8 for 8-bit lanes, else int32)."""
-        return unpack_bits(words, self._lane_bits, count)
+        return unpack_words(words, self._lane_bits, count)
 
     def _running(self) -> ServedEngine:
         if self._engine is None:
@@ -264,8 +265,8 @@ class SwitchTransport(_UdpTransport):
         window = min(deployment.pool, 64, deployment.pool if free is None else max(free, 1))
         return 1 << (window.bit_length() - 1)  # a power of two: under a static policy its partition is no larger
 
-    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
-        return pack_bits(codec.table_values(indices), self._lane_bits), 0
+    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
+        return pack_words(codec.table_values(indices), self._lane_bits), 0
 
 
 class PSTransport(_UdpTransport):
@@ -290,15 +291,15 @@ class PSTransport(_UdpTransport):
         window = max(1, min(64, _IN_FLIGHT_BYTES // (4 * deployment.words)))
         return 1 << (window.bit_length() - 1)
 
-    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[torch.Tensor, int]:
-        return pack_bits(indices, codec.config.bits), codec.config.bits
+    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
+        return pack_words(indices, codec.config.bits), codec.config.bits
 
-    def _unpack(self, words: torch.Tensor, index_bits: int, count: int) -> torch.Tensor:
+    def _unpack(self, words: np.ndarray, index_bits: int, count: int) -> torch.Tensor:
         """Each chunk's RESULT holds the lanes of its K * floor(32/b) indices, padded to whole words."""
         per_chunk = self._words * fields_per_word(index_bits)
         lanes_per_result = result_words(self._words, index_bits, self._lane_bits) * fields_per_word(self._lane_bits)
-        chunks = words.numel() // result_words(self._words, index_bits, self._lane_bits)
-        lanes = unpack_bits(words, self._lane_bits, chunks * lanes_per_result)
+        chunks = words.size // result_words(self._words, index_bits, self._lane_bits)
+        lanes = unpack_words(words, self._lane_bits, chunks * lanes_per_result)
         return lanes.view(chunks, lanes_per_result)[:, :per_chunk].reshape(-1)[:count]
 
 
