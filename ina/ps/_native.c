@@ -139,7 +139,8 @@ typedef struct {
     double sent_at;
 } fetch;
 
-/* THC indices to lanes (lookup.py): groups of `group` indices of a word, each an entry of `entry` lane bytes. */
+/* THC indices to lanes (lookup.py): groups of `group` indices of a word, each an entry of `entry` lane bytes
+ * (a table of at most LOOKUP_BYTES, so that it stays in cache). */
 typedef struct {
     unsigned index_bits, group, groups, entry, out_bytes;
     uint32_t mask;
@@ -165,10 +166,12 @@ typedef struct {
     uint8_t *packet;   /* one RESULT being built */
 } job;
 
+#define LOOKUP_BYTES (256u << 10)
+
 static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, unsigned lane_bits, uint32_t words) {
     unsigned per_word = 32 / index_bits, group = 1;
-    for (unsigned g = 1; g <= per_word; g++)
-        if (per_word % g == 0 && g * index_bits <= 8) group = g;
+    for (unsigned g = 1; g <= per_word; g++) /* the largest group whose table stays in L2 */
+        if (per_word % g == 0 && g * index_bits <= 16 && ((size_t)g * lane_bits / 8 << (g * index_bits)) <= LOOKUP_BYTES) group = g;
     t->index_bits = index_bits, t->group = group, t->groups = per_word / group;
     t->entry = group * lane_bits / 8, t->mask = (1u << (group * index_bits)) - 1;
     t->out_bytes = 4 * ina_result_words(words, index_bits, lane_bits);
