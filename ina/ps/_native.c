@@ -145,6 +145,8 @@ typedef struct {
     unsigned index_bits, group, groups, entry, out_bytes;
     uint32_t mask;
     uint8_t *entries;
+    int nibbles;        /* 4-bit indices, 8-bit lanes, and the CPU has SSSE3: lookup_nibbles */
+    uint8_t levels[16]; /* its table */
 } lookup;
 
 typedef struct {
@@ -162,7 +164,7 @@ typedef struct {
     fetch *fetchv;
     int has_newest;
     uint32_t newest;
-    uint32_t *scratch; /* one piece's lanes */
+    uint32_t *scratch; /* a result's sums */
     uint8_t *packet;   /* one RESULT being built */
 } job;
 
@@ -177,6 +179,10 @@ static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, un
     t->out_bytes = 4 * ina_result_words(words, index_bits, lane_bits);
     t->entries = malloc((size_t)(t->mask + 1) * t->entry);
     if (!t->entries) return -1;
+#if defined(__x86_64__)
+    t->nibbles = index_bits == 4 && lane_bits == 8 && __builtin_cpu_supports("ssse3");
+    for (unsigned i = 0; i < 16 && index_bits == 4; i++) t->levels[i] = (uint8_t)table[i];
+#endif
     for (uint32_t code = 0; code <= t->mask; code++) {
         uint8_t *e = t->entries + (size_t)code * t->entry;
         for (unsigned k = 0; k < group; k++) {
@@ -194,9 +200,36 @@ static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, un
             memcpy(o, t->entries + (size_t)((v >> (g * shift)) & t->mask) * (E), (E));                                 \
     }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* 4-bit indices into 8-bit lanes, 16 levels: one byte shuffle looks up 16 indices at once. Each
+ * big-endian word's bytes are reversed first; index 2k of a word is the low nibble of its byte k. */
+__attribute__((target("ssse3"))) static uint32_t lookup_nibbles(const uint8_t *levels, const uint8_t *payload, uint32_t words,
+                                                                 uint8_t *o) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)levels);
+    const __m128i reverse = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12), low = _mm_set1_epi8(0x0F);
+    uint32_t w = 0;
+    for (; w + 4 <= words; w += 4, o += 32) {
+        __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(payload + 4 * w)), reverse);
+        __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(x, low));
+        __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low));
+        _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi8(lo, hi));
+        _mm_storeu_si128((__m128i *)(o + 16), _mm_unpackhi_epi8(lo, hi));
+    }
+    return w;
+}
+#endif
+
 /* `words` big-endian index words to lanes in `out` (out_bytes, host-order words). */
 static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *out) {
     uint8_t *o = (uint8_t *)out;
+#if defined(__x86_64__)
+    if (t->nibbles) { /* the rest of the words, if any, by the table below */
+        uint32_t done = lookup_nibbles(t->levels, payload, words, o);
+        payload += 4 * done, words -= done, o += 8 * done;
+    }
+#endif
     unsigned shift = t->group * t->index_bits;
     switch (t->entry) { /* constant sizes: each memcpy is one move */
     case 1: LOOKUP_RUN(1) break;
@@ -459,9 +492,9 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     ps->counts[C_completed]++;
 }
 
-/* Add a piece (`sums`: host words, or NULL to read big-endian `payload`) to its chunk: the chunk's entry if it
- * is still incomplete, -1 if it completed or the piece was refused. */
-static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint32_t *sums, const uint8_t *payload, uint32_t words,
+/* Add a piece to its chunk: `words` big-endian sums in `payload`, or with `table` the lanes of its indices. The
+ * chunk's entry if it is still incomplete, -1 if it completed or the piece was refused. */
+static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *payload, const lookup *table, uint32_t words,
                          double now, ina_tx *tx) {
     chunk_format f = format_of(h);
     int32_t entry = seqmap_find(&j->pending, h->seq);
@@ -508,7 +541,7 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint32_t *su
         if (sums_room > c->sums_room) c->sums = grown, c->sums_room = sums_room;
     }
     uint32_t *into = c->sums + (size_t)c->count * c->words;
-    if (sums) memcpy(into, sums, c->words * sizeof *into);
+    if (table) lookup_lanes(table, payload, j->words, into);
     else ina_load_words(into, payload, c->words);
     c->bitmaps[c->count++] = bitmap;
     c->disjoint &= !(bitmap & c->held);
@@ -598,12 +631,8 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, in
     }
     const uint8_t *payload = data + INA_HEADER_BYTES;
     int32_t entry;
-    if (h->index_bits) {
-        lookup_lanes(&j->table, payload, j->words, j->scratch);
-        entry = add_piece(ps, j, h, j->scratch, NULL, j->table.out_bytes / 4, now, tx);
-    } else {
-        entry = add_piece(ps, j, h, NULL, payload, j->words, now, tx);
-    }
+    if (h->index_bits) entry = add_piece(ps, j, h, payload, &j->table, j->table.out_bytes / 4, now, tx);
+    else entry = add_piece(ps, j, h, payload, NULL, j->words, now, tx);
     if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
         if (j->has_switch) fetch_result(ps, j, h, now, tx);
         status(ps, j, h, j->chunks[entry].held, tx);
@@ -619,7 +648,7 @@ static void on_partial(PS *ps, job *j, const ina_header *h, const uint8_t *data,
         observe(j, h->seq);
         if (seqmap_find(&j->ring, h->seq) >= 0) ps->counts[C_late]++;
         else if (proven_complete(j, h->seq)) ps->counts[C_stale]++;
-        else add_piece(ps, j, h, NULL, data + INA_HEADER_BYTES, (uint32_t)(length - INA_HEADER_BYTES) / 4, now, tx);
+        else add_piece(ps, j, h, data + INA_HEADER_BYTES, NULL, (uint32_t)(length - INA_HEADER_BYTES) / 4, now, tx);
     }
 }
 
