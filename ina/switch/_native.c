@@ -80,7 +80,9 @@ static void send_scratch(Switch *sw, ina_addr to, size_t length, ina_tx *tx) {
 /* Slot s's chunk (`key`) as a RESULT to every worker of its job then its PS, or as a PARTIAL
  * (bitmap, sums, priority) to its PS. */
 static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_tx *tx) {
-    const job_row *row = &sw->rows[sw->index[key_job(key)]];
+    int32_t r = sw->index[key_job(key)];
+    if (r < 0) return; /* unreachable: deregistering a job forgets its slots (set_jobs) */
+    const job_row *row = &sw->rows[r];
     int op = key_op(key);
     ina_header h = {
         .kind = (uint8_t)kind, .flags = op ? INA_FLAG_MAX : 0, .rank = 0,
