@@ -1,18 +1,22 @@
 """ina.net.udp on loopback: batched I/O in every mode (mmsg + GSO/GRO, mmsg, plain) keeps
 every datagram, its bytes, source and per-destination order; the runner serves a Node,
-ticks it at its deadlines and stops cleanly."""
+ticks it at its deadlines and stops cleanly; so does a served switch on either path."""
 
 import select
 import threading
 import time
 
-import pytest
-
-from ina.net.node import Datagram
 import numpy as np
+import pytest
+from switch_support import path  # noqa: F401 (the fixture running a test on both switch cores)
 
+from ina.control import Endpoint, JobSpec
 from ina.net.frames import Frames
+from ina.net.node import Datagram
 from ina.net.udp import MAX_PAYLOAD, MAX_SEGMENTS, BatchSocket, UdpRunner, _plan, open_socket, parse_address
+from ina.protocol import Header, Kind, parse
+from ina.switch import SwitchConfig
+from ina.switch.server import SwitchServer
 
 MODES = {"mmsg+gso": dict(mmsg=True, gso=True), "mmsg": dict(mmsg=True, gso=False), "plain": dict(mmsg=False, gso=False)}
 LOOPBACK = ("127.0.0.1", 0)
@@ -149,3 +153,27 @@ def test_addresses_parse_with_messages_that_say_what_to_change():
     for bad in ("47100", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:70000"):
         with pytest.raises(ValueError, match="--listen must look like 127.0.0.1:47100"):
             parse_address(bad, "--listen")
+
+
+def test_a_served_switch_runs_its_own_timers_on_either_path(path):
+    """The runner (UdpRunner for Python, NativeRunner's C loop for native) sweeps an idle partial
+    to the PS at its deadline with no further traffic, and stops promptly."""
+    worker, ps = open_socket(LOOPBACK), open_socket(LOOPBACK)
+    ps.settimeout(5.0)
+    with SwitchServer(SwitchConfig(pool=4, words=2, slot_timeout=0.05), LOOPBACK, LOOPBACK, path=path) as server:
+        server.start()
+        spec = JobSpec(job=3, workers=(Endpoint(*worker.getsockname()), Endpoint("127.0.0.1", 9)), window=2,
+                       ps=Endpoint(*ps.getsockname()))  # fmt: skip
+        base = server.register(spec)["slot_base"]
+        header = Header(Kind.DATA, job=3, seq=1, rank=0, bitmap=1, slot=(base + 1) % 4, lane_bits=8)
+        worker.sendto(header.pack(np.array([7, 9], dtype=np.uint32)), server.address)
+        sent = time.monotonic()
+        swept, source = ps.recvfrom(2048)
+        assert time.monotonic() - sent >= 0.04 and source == server.address
+        head, payload = parse(swept, 2)
+        assert (head.kind, head.seq, head.bitmap, payload.tolist()) == (Kind.PARTIAL, 1, 1, [7, 9])
+        assert server.counters()["swept"] == 1
+        started = time.monotonic()
+    assert time.monotonic() - started < 1.0
+    worker.close()
+    ps.close()
