@@ -81,6 +81,28 @@ def test_results_are_assembled_in_order_and_delivered_once():
     assert engine.counters["late"] == 1 and engine.counters["delivered"] == 3 and engine.idle
 
 
+def test_results_may_replace_the_submitted_words_in_place():
+    """A chunk's sums overwrite its words only once it is never sent again: resends carry the words."""
+    engine = Engine(config(window=2))
+    words = np.arange(3 * K, dtype=np.uint32)
+    original = words.copy()
+    engine.submit(words, lane_bits=8, now=0.0, out=words)
+    first, second = engine.tick(0.0)
+    (third,) = engine.receive([result_for(first, np.full(K, 7))], 0.001)
+    resent = {parse(d.data, K)[0].seq: parse(d.data, K)[1].tolist() for d in engine.tick(0.02)}  # both timed out
+    assert resent == {1: original[K:2 * K].tolist(), 2: original[2 * K:].tolist()}
+    engine.receive([result_for(d, np.full(K, 8)) for d in (second, third)], 0.05)
+    ((_, sums),) = engine.completed()
+    assert sums is words and sums.tolist() == [7] * K + [8] * (2 * K)
+
+
+@pytest.mark.parametrize("out", [np.zeros(5, np.uint32), np.zeros(6, np.int32), np.zeros(12, np.uint32)[::2],
+                                 np.zeros(6, np.uint32).reshape(2, 3)])  # fmt: skip
+def test_an_output_that_cannot_hold_the_result_is_refused(out):
+    with pytest.raises(ValueError, match="out must be"):
+        Engine(config()).submit(np.ones(6, dtype=np.uint32), lane_bits=8, now=0.0, out=out)
+
+
 def test_max_and_index_chunks_have_their_result_shapes():
     engine = Engine(config(destination=PS, ps_only=True, window=8))
     norm = np.array([np.float32(2.5).view(np.uint32)], dtype=np.uint32)

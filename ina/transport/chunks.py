@@ -19,7 +19,8 @@ SEQ_MASK = 0xFFFFFFFF
 class Reduction:
     """One submitted reduction: chunks `first_seq ..` (unwrapped), their DATA packets (rows of
     `packets`, priority 0, RESEND clear), the `format` their RESULTs must have (MAX flag, lane_bits,
-    index_bits), and their results, which fill in as chunks complete, in any order."""
+    index_bits), and their results, which fill in as chunks complete, in any order (and are copied into
+    `out` at the end, when the submitter gave one)."""
 
     handle: int
     first_seq: int
@@ -28,6 +29,7 @@ class Reduction:
     words_per_result: int
     length: int
     queued_at: float
+    out: np.ndarray | None = None
     result: np.ndarray = field(init=False)
     remaining: int = field(init=False)
 
@@ -50,7 +52,11 @@ class Reduction:
 
     def words(self) -> np.ndarray:
         """The sums: lanes trimmed to the submitted length; indices chunk by chunk, untrimmed."""
-        return self.result.reshape(-1)[: self.length]
+        sums = self.result.reshape(-1)[: self.length]
+        if self.out is None:
+            return sums
+        self.out[:] = sums
+        return self.out
 
 
 @dataclass(slots=True, eq=False)

@@ -165,25 +165,29 @@ class Engine:
         lane_bits: int,
         index_bits: int = 0,
         now: float,
+        out: np.ndarray | None = None,
     ) -> int:
         """Queue one reduction of uint32 `words`; returns its handle (handles count up from 0).
 
         `lane_bits` is the width of the sum lanes (32 for `max`); `index_bits > 0` sends packed
         THC indices for the PS to look up (PS-only mode). The result has `len(words)` words
-        for lanes, and `result_words(K, index_bits, lane_bits)` words per chunk for indices.
+        for lanes, and `result_words(K, index_bits, lane_bits)` words per chunk for indices;
+        it is `out` when given (a writable uint32 array of that length, which may be `words`
+        itself for lanes: a chunk's sums replace its words only once they are no longer sent).
         """
         if self.error is not None:
             raise self.error
         words = checked_submission(self.config, words, op, lane_bits, index_bits)
         config = self.config
         chunks = -(-words.size // config.words)
+        length = result_length(words.size, chunks, config.words, index_bits, lane_bits)
         seqs = np.arange(self._next_seq, self._next_seq + chunks, dtype=np.int64)
         flags = Flag.MAX if op == "max" else Flag.NONE
         template = Header(Kind.DATA, config.job, 0, flags, config.rank, 0, 0, index_bits, lane_bits, 1 << config.rank)
         reduction = Reduction(
             self._next_handle, self._next_seq, data_packets(template, seqs, config.slot(seqs), words, config.words),
             (int(flags), lane_bits, index_bits), result_words(config.words, index_bits, lane_bits),
-            result_length(words.size, chunks, config.words, index_bits, lane_bits), now,
+            length, now, checked_output(out, length),
         )  # fmt: skip
         self._next_handle += 1
         self._next_seq += chunks
@@ -389,6 +393,14 @@ def checked_submission(config: EngineConfig, words: np.ndarray, op: str, lane_bi
     if not 0 <= index_bits <= MAX_INDEX_BITS or (index_bits and (op == "max" or not config.ps_only)):
         raise ValueError(f"index_bits {index_bits}: indices (1..{MAX_INDEX_BITS}) are summed only by the PS, in PS-only mode")
     return words
+
+
+def checked_output(out: np.ndarray | None, length: int) -> np.ndarray | None:
+    """`out`, if it can hold a result of `length` words in place (`Engine.submit`); else ValueError."""
+    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.uint32 or out.shape != (length,)
+                            or not out.flags.c_contiguous or not out.flags.writeable):  # fmt: skip
+        raise ValueError(f"out must be a writable contiguous uint32 array of the result's {length} words")
+    return out
 
 
 def failure_message(config: EngineConfig, seq: int, handle: int, retries: int, status: int | None) -> str:

@@ -23,7 +23,7 @@ from ina.net.frames import Frames
 from ina.net.native import load_native
 from ina.net.node import Address, Datagram
 from ina.transport.chunks import result_length
-from ina.transport.engine import EngineConfig, checked_submission, failure_message
+from ina.transport.engine import EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
 from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
 
@@ -67,11 +67,13 @@ def core_arguments(config: EngineConfig, policy: dict[str, Any], peer: Any, *, s
     )  # fmt: skip
 
 
-def new_reduction(config: EngineConfig, words: np.ndarray, op: str, lane_bits: int, index_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """A submission's checked, contiguous words and the array its results will fill."""
+def new_reduction(config: EngineConfig, words: np.ndarray, op: str, lane_bits: int, index_bits: int,
+                  out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """A submission's checked, contiguous words and the array its results will fill (`out`, if given)."""
     words = np.ascontiguousarray(checked_submission(config, words, op, lane_bits, index_bits))
-    chunks = -(-words.size // config.words)
-    return words, np.empty(result_length(words.size, chunks, config.words, index_bits, lane_bits), dtype=np.uint32)
+    length = result_length(words.size, -(-words.size // config.words), config.words, index_bits, lane_bits)
+    out = checked_output(out, length)
+    return words, np.empty(length, dtype=np.uint32) if out is None else out
 
 
 def engine_error(config: EngineConfig, failure: tuple[int, int, int, int | None] | None) -> TransportError | None:
@@ -144,11 +146,11 @@ class NativeEngine:
         self._error: TransportError | None = None
 
     def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0,
-               now: float) -> int:  # fmt: skip
+               now: float, out: np.ndarray | None = None) -> int:  # fmt: skip
         """Queue one reduction (see `Engine.submit`); `words` is read in place until it completes."""
         if self.error is not None:
             raise self.error
-        words, out = new_reduction(self.config, words, op, lane_bits, index_bits)
+        words, out = new_reduction(self.config, words, op, lane_bits, index_bits, out)
         handle = self._core.submit(words, out, op == "max", lane_bits, index_bits, now)
         self.policy.observe(4 * words.size, now)
         return handle

@@ -202,7 +202,9 @@ class _UdpTransport(Transport):
         def sums(result: np.ndarray) -> torch.Tensor:
             return self._unpack(result, index_bits, count).to(device)
 
-        future = engine.submit(words, op="sum", lane_bits=self._lane_bits, index_bits=index_bits)
+        # The words are ours (pack_words' fresh values or copy): lane sums replace them in place.
+        future = engine.submit(words, op="sum", lane_bits=self._lane_bits, index_bits=index_bits,
+                               out=None if index_bits else words)  # fmt: skip
         return _torch_future(future, sums, device)
 
     @abstractmethod

@@ -39,6 +39,7 @@ class _Submission(NamedTuple):
     op: Literal["sum", "max"]
     lane_bits: int
     index_bits: int
+    out: np.ndarray | None
 
 
 class UdpEngine:
@@ -70,14 +71,15 @@ class UdpEngine:
         """The engine's counters (`Engine.counters`), as of now."""
         return Counter(self.engine.counters)
 
-    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0) -> Future:
-        """Queue one reduction (see `Engine.submit`); its future completes on the serving thread."""
+    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0,
+               out: np.ndarray | None = None) -> Future:  # fmt: skip
+        """Queue one reduction (see `Engine.submit`, `out` too); its future completes on the serving thread."""
         future: Future = Future()
         with self._lock:
             if self._failure is not None:
                 future.set_exception(self._failure)
                 return future
-            self._inbox.append(_Submission(future, words, op, lane_bits, index_bits))
+            self._inbox.append(_Submission(future, words, op, lane_bits, index_bits, out))
         self.runner.call_soon(self._take)
         return future
 
@@ -96,7 +98,7 @@ class UdpEngine:
         now = self.runner.clock()
         for s in submissions:
             try:
-                self.engine.submit(s.words, op=s.op, lane_bits=s.lane_bits, index_bits=s.index_bits, now=now)
+                self.engine.submit(s.words, op=s.op, lane_bits=s.lane_bits, index_bits=s.index_bits, now=now, out=s.out)
             except BaseException as error:  # noqa: BLE001 - the submitter hears of it through its future
                 s.future.set_exception(error)
             else:
@@ -193,11 +195,12 @@ class NativeUdpEngine:
         """The engine's counters (`Engine.counters`), as of now."""
         return Counter(self.core.counters())
 
-    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0) -> Future:
-        """Queue one reduction (see `Engine.submit`); its future completes on the completion thread."""
+    def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0,
+               out: np.ndarray | None = None) -> Future:  # fmt: skip
+        """Queue one reduction (see `Engine.submit`, `out` too); its future completes on the completion thread."""
         future: Future = Future()
         try:
-            words, out = new_reduction(self.config, words, op, lane_bits, index_bits)
+            words, out = new_reduction(self.config, words, op, lane_bits, index_bits, out)
         except ValueError as error:
             future.set_exception(error)
             return future
