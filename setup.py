@@ -18,7 +18,9 @@ sanitize = SANITIZE if os.environ.get("INA_SANITIZE") == "1" else []
 
 codec = Extension(
     "ina.compression._native",
-    sources=["compression/_native.c"],
+    # The bindings, and the kernels once per instruction set (each file sets its own target).
+    sources=[f"compression/_native{part}.c" for part in ("", "_baseline", "_avx2", "_avx512")],
+    depends=["compression/_native.h", "compression/_native_kernels.h"],
     # -ffp-contract=off: no FMA contraction, so the kernels round exactly like the torch path.
     extra_compile_args=["-O3", "-ffp-contract=off", "-pthread", "-Wno-psabi", *sanitize],
     extra_link_args=["-pthread", *sanitize],

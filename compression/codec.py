@@ -1,11 +1,16 @@
 """THCCodec: rotate, quantize, and their inverses, on any device.
 
-CPU tensors go through the fused C kernels when they are built (native.py), everything else
-through the torch implementation (hadamard.py, quantize.py); both compute the same values.
+CPU tensors go through the fused C kernels when they are built (native.py), CUDA tensors through
+the fused Triton kernels when Triton imports (triton_kernels.py), everything else through the torch
+implementation (hadamard.py, quantize.py); all compute the same values (the Triton transform to
+fp32 rounding, see triton_kernels.py).
 """
 from __future__ import annotations
 
+import functools
+import os
 import warnings
+from types import ModuleType
 
 import torch
 
@@ -38,6 +43,39 @@ def _uses_native(tensor: torch.Tensor) -> bool:
             stacklevel=3,
         )
     return False
+
+
+@functools.cache
+def _triton_kernels() -> ModuleType | None:
+    """triton_kernels.py, imported on the first CUDA tensor; None (with a warning, once) when Triton does not import.
+
+    INA_COMPRESSION_TRITON=0 selects the torch path for CUDA tensors on purpose, without a warning.
+    """
+    if os.environ.get("INA_COMPRESSION_TRITON", "1") == "0":
+        return None
+    try:
+        from . import triton_kernels
+    except ImportError as error:
+        warnings.warn(
+            f"ina.compression: Triton unavailable ({error}); CUDA tensors use the much slower eager-torch path. "
+            "CUDA builds of torch ship Triton; else pip install -e '.[gpu]'.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+    return triton_kernels
+
+
+def _kernels(tensor: torch.Tensor, block: int | None = None) -> ModuleType | None:
+    """The fused kernels for ``tensor`` (native on CPU, Triton on CUDA; same functions), or None for the torch path.
+
+    ``block``: the transform block, for the functions that transform (Triton takes some block lengths only).
+    """
+    if _uses_native(tensor):
+        return native
+    if tensor.device.type != "cuda" or (gpu := _triton_kernels()) is None:
+        return None
+    return gpu if block is None or gpu.supports(block) else None
 
 
 def _vector(name: str, tensor: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> torch.Tensor:
@@ -125,8 +163,8 @@ class THCCodec:
         x = _vector("x", x, _FLOATS).to(torch.float32)
         padded = self.padded_length(x.numel())
         key = self._sign_key(round, bucket)
-        if _uses_native(x):
-            return native.rotate(x, padded, self._block(x.numel()), key)
+        if kernels := _kernels(x, self._block(x.numel())):
+            return kernels.rotate(x, padded, self._block(x.numel()), key)
         return hadamard.rotate(x, padded, self._block(x.numel()), key)
 
     def unrotate(self, y: torch.Tensor, *, round: int, bucket: int, length: int) -> torch.Tensor:
@@ -134,8 +172,8 @@ class THCCodec:
         y = _vector("y", y, _FLOATS).to(torch.float32)
         self._check_padded("y", y, length)
         key = self._sign_key(round, bucket)
-        if _uses_native(y):
-            return native.unrotate(y, self._block(length), key, length)
+        if kernels := _kernels(y, self._block(length)):
+            return kernels.unrotate(y, self._block(length), key, length)
         return hadamard.unrotate(y, self._block(length), key, length)
 
     # --- quantization ---
@@ -159,15 +197,15 @@ class THCCodec:
         y, norm = self._rescaled(y, norm)
         key = self._round_key(round, bucket, worker)
         scale = quantize.normalizer(norm, y.numel())
-        if _uses_native(y):
-            return native.quantize(y, scale, self._levels_on(y.device), key)
+        if kernels := _kernels(y):
+            return kernels.quantize(y, scale, self._levels_on(y.device), key)
         return quantize.quantize(y, scale, self._levels_on(y.device), key)
 
     def table_values(self, indices: torch.Tensor) -> torch.Tensor:
         """uint8 table values R[indices]: what switches and collectives add up."""
         indices = _vector("indices", indices, (torch.uint8,))
-        if _uses_native(indices):
-            return native.lookup(indices, self._levels_on(indices.device))
+        if kernels := _kernels(indices):
+            return kernels.lookup(indices, self._levels_on(indices.device))
         return quantize.lookup(indices, self._levels_on(indices.device))
 
     def _affine(self, total: torch.Tensor, workers: int, norm: float) -> tuple[float, float]:
@@ -183,22 +221,32 @@ class THCCodec:
         return scaling.scaled(quantize.dequantize(total, *self._affine(total, workers, norm)), e)
 
     def decode(
-        self, total: torch.Tensor, workers: int, norm: Norm, *, round: int, bucket: int, length: int
-    ) -> torch.Tensor:
-        """fp32 mean of the workers' inputs (dequantize + unrotate, fused on CPU; ``norm`` as in quantize)."""
+        self, total: torch.Tensor, workers: int, norm: Norm, *, round: int, bucket: int, length: int,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """fp32 mean of the workers' inputs (dequantize + unrotate, fused on CPU; ``norm`` as in quantize).
+
+        With ``out`` (a 1-D fp32 tensor of ``length`` elements on total's device, such as the bucket
+        itself), the mean is written there and ``out`` is returned: on CPU the kernel writes it
+        directly, with no output to allocate and copy.
+        """
         total = _vector("total", total, _INTEGERS)
         self._check_padded("total", total, length)
+        if out is not None and (out.dtype != torch.float32 or out.shape != (length,) or out.device != total.device):
+            raise ValueError(f"out must be an fp32 tensor of shape ({length},) on {total.device}")
         e, norm = self._exponent(norm)
         key = self._sign_key(round, bucket)
-        if _uses_native(total):
+        if kernels := _kernels(total, self._block(length)):
             offset, scale = self._affine(total, workers, norm)
             if total.dtype not in (torch.uint8, torch.int32):
                 total = total.to(torch.float32)
-            mean = native.unrotate(total, self._block(length), key, length, offset=offset, scale=scale)
+            direct = out if out is not None and out.is_contiguous() else None
+            mean = kernels.unrotate(total, self._block(length), key, length, offset=offset, scale=scale, out=direct)
         else:
             y = quantize.dequantize(total, *self._affine(total, workers, norm))
             mean = hadamard.unrotate(y, self._block(length), key, length)
-        return scaling.scaled(mean, e)
+        mean = scaling.scaled(mean, e)
+        return mean if out is None else out.copy_(mean)  # a copy onto itself is free
 
     def encode(self, x: torch.Tensor, norm: Norm, *, round: int, bucket: int, worker: int) -> torch.Tensor:
         """uint8 table indices of ``x``: rotate then quantize (fused on CPU: the rotation is never stored).
@@ -207,12 +255,13 @@ class THCCodec:
         agree on M first (:meth:`norm`).
         """
         x, norm = self._rescaled(_vector("x", x, _FLOATS).to(torch.float32), norm)  # keeps the transform in range too
-        if not _uses_native(x):
+        kernels = _kernels(x, self._block(x.numel()))
+        if not kernels:
             y = self.rotate(x, round=round, bucket=bucket)
             return self.quantize(y, norm, round=round, bucket=bucket, worker=worker)
         padded = self.padded_length(x.numel())
         scale = quantize.normalizer(norm, padded)
-        return native.encode(
+        return kernels.encode(
             x, padded, self._block(x.numel()), self._sign_key(round, bucket), scale, self._levels_on(x.device),
             self._round_key(round, bucket, worker),
         )  # fmt: skip

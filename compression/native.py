@@ -1,7 +1,9 @@
 """Typed wrappers around the optional C kernels (_native.c) for contiguous CPU tensors.
 
 Each wrapper has the same meaning as its torch counterpart in hadamard.py / quantize.py and
-returns bit-identical results. Set INA_COMPRESSION_NATIVE=0 to force the torch path.
+returns bit-identical results, whatever the instruction set. Set INA_COMPRESSION_NATIVE=0 to
+force the torch path, and INA_COMPRESSION_ISA=baseline|avx2|avx512 to force the kernels of one
+instruction set (read at import; the default is the best this CPU runs).
 """
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from .quantize import Levels
 from .rng import Key
 
 _SOURCE_KINDS = {torch.float32: 0, torch.uint8: 1, torch.int32: 2}
+# Outputs from this size on are advised to transparent huge pages: a fresh 64 MiB output costs
+# more in 4 KiB page faults than the kernels take to fill it.
+_HUGE_OUTPUT_BYTES = 4 << 20
 
 
 def _load() -> tuple[ModuleType | None, str | None]:
@@ -25,6 +30,12 @@ def _load() -> tuple[ModuleType | None, str | None]:
         from . import _native
     except ImportError as error:
         return None, str(error)
+    forced = os.environ.get("INA_COMPRESSION_ISA")
+    if forced:
+        if forced not in _native.isas():
+            runs = ", ".join(_native.isas())
+            raise ValueError(f"INA_COMPRESSION_ISA={forced}: this CPU and build run {runs}; unset it for the best")
+        _native.set_isa(forced)
     return _native, None
 
 
@@ -36,13 +47,38 @@ def native_available() -> bool:
     return _lib is not None
 
 
+def isas() -> list[str]:
+    """Instruction sets whose kernels this build has and this CPU runs, best first ([] without kernels)."""
+    return _lib.isas() if _lib is not None else []
+
+
+def isa() -> str | None:
+    """The instruction set the kernels use now (None without kernels)."""
+    return _lib.isa() if _lib is not None else None
+
+
+def use_isa(name: str) -> None:
+    """Run the kernels of instruction set ``name`` (one of :func:`isas`) from now on."""
+    if name not in isas():
+        raise ValueError(f"instruction set {name!r} is not one of {isas()}")
+    _lib.set_isa(name)
+
+
 def _threads() -> int:
     return torch.get_num_threads()
 
 
+def _empty(count: int, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialized output, on huge pages where it is large."""
+    out = torch.empty(count, dtype=dtype)
+    if out.numel() * out.element_size() >= _HUGE_OUTPUT_BYTES:
+        _lib.advise_huge(out.data_ptr(), out.numel() * out.element_size())
+    return out
+
+
 def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
     """hadamard.rotate for a contiguous fp32 CPU ``x``."""
-    out = torch.empty(padded, dtype=torch.float32)
+    out = _empty(padded, torch.float32)
     _lib.rotate(
         x.data_ptr(), x.numel(), out.data_ptr(), padded, block, key.k0, key.k1, inverse_sqrt(block), _threads()
     )
@@ -50,10 +86,14 @@ def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
 
 
 def unrotate(
-    src: torch.Tensor, block: int, key: Key, length: int, *, offset: float = 0.0, scale: float = 1.0
-) -> torch.Tensor:
-    """hadamard.unrotate(quantize.dequantize(src, offset, scale)) for contiguous fp32/uint8/int32 CPU ``src``."""
-    out = torch.empty(length, dtype=torch.float32)
+    src: torch.Tensor, block: int, key: Key, length: int, *, offset: float = 0.0, scale: float = 1.0,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """hadamard.unrotate(quantize.dequantize(src, offset, scale)) for contiguous fp32/uint8/int32 CPU ``src``.
+
+    ``out``, when given, is a contiguous fp32 CPU tensor of ``length`` elements to write the result into.
+    """
+    out = _empty(length, torch.float32) if out is None else out
     _lib.unrotate(
         src.data_ptr(), _SOURCE_KINDS[src.dtype], src.numel(), offset, scale, out.data_ptr(), length, block,
         key.k0, key.k1, inverse_sqrt(block), _threads(),
@@ -63,7 +103,7 @@ def unrotate(
 
 def quantize(y: torch.Tensor, scale: float, levels: Levels, key: Key) -> torch.Tensor:
     """quantize.quantize for a contiguous fp32 CPU ``y`` and a float ``scale``."""
-    out = torch.empty(y.numel(), dtype=torch.uint8)
+    out = _empty(y.numel(), torch.uint8)
     _lib.quantize(
         y.data_ptr(), y.numel(), out.data_ptr(), scale, levels.threshold, levels.gain, levels.granularity,
         levels.lower.data_ptr(), levels.base.data_ptr(), levels.width.data_ptr(), key.k0, key.k1, _threads(),
@@ -75,7 +115,7 @@ def encode(
     x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key
 ) -> torch.Tensor:
     """quantize(rotate(x, padded, block, sign_key), scale, levels, round_key) without materializing the rotation."""
-    out = torch.empty(padded, dtype=torch.uint8)
+    out = _empty(padded, torch.uint8)
     _lib.encode(
         x.data_ptr(), x.numel(), out.data_ptr(), padded, block, sign_key.k0, sign_key.k1, inverse_sqrt(block),
         scale, levels.threshold, levels.gain, levels.granularity, levels.lower.data_ptr(), levels.base.data_ptr(),
@@ -86,7 +126,7 @@ def encode(
 
 def lookup(indices: torch.Tensor, levels: Levels) -> torch.Tensor:
     """quantize.lookup for a contiguous uint8 CPU ``indices``."""
-    out = torch.empty(indices.numel(), dtype=torch.uint8)
+    out = _empty(indices.numel(), torch.uint8)
     _lib.lookup(
         indices.data_ptr(), indices.numel(), out.data_ptr(), levels.values.data_ptr(), levels.levels, _threads()
     )
