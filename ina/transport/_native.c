@@ -275,7 +275,7 @@ static void tick(void *self, double now, ina_tx *tx) {
         }
         c->retries++;
         e->counters[C_RESENT]++;
-        e->due[due++] = t.seq; /* at most W: one live timer per outstanding chunk */
+        if (due < e->window) e->due[due++] = t.seq; /* always: one live timer per outstanding chunk, at most W */
     }
     for (size_t i = 0; i < due; i++) {
         chunk *c = outstanding(e, e->due[i]);
