@@ -304,7 +304,7 @@ static void write_control(uint8_t *p, unsigned kind, uint16_t id, uint32_t seq, 
     ina_write_header(p, &h);
 }
 
-/* Queue a header-only packet; 0, or -1 when out of memory (the packet is then not sent). */
+/* Queue a header-only packet (out of memory: not sent, not counted). */
 static void send_control(PS *ps, ina_tx *tx, ina_addr to, unsigned kind, uint16_t id, uint32_t seq, chunk_format f,
                          uint32_t bitmap) {
     uint8_t *p = ina_tx_add(tx, to, INA_HEADER_BYTES);
@@ -458,10 +458,8 @@ done:
 /* Store a RESULT packet in the ring (results.py's put): 0 if `seq` is stored already (or no memory). */
 static int ring_put(job *j, uint32_t seq, int is_max, const uint8_t *packet, uint32_t length) {
     if (seqmap_find(&j->ring, seq) >= 0) return 0;
-    stored *slot = NULL;
-    if (j->ring.count == j->ring.cap) seqmap_remove(&j->ring, j->ring.head);
-    int32_t e = j->ring.free;
-    slot = &j->results[e];
+    if (j->ring.count == j->ring.cap) seqmap_remove(&j->ring, j->ring.head); /* the oldest stored goes */
+    stored *slot = &j->results[j->ring.free];                                 /* the entry insert takes */
     if (slot->room < length) {
         uint8_t *grown = realloc(slot->packet, length);
         if (!grown) return 0;
