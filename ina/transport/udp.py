@@ -6,13 +6,16 @@ looks them up and adds them (docs/protocol.md, section 3). Either way the sums a
 integers, bit-identical to `CollectiveTransport`'s.
 
 Each worker runs the protocol's engine (window, resends, delivery) on a UDP socket of its own,
-on a background thread (`ina.transport.udp_engine`). When THCState attaches the transport,
+on a background thread (`ina.transport.udp_engine`). CUDA buckets cross to the host once each
+way through pinned memory (`_on_host`, `_on_device`). When THCState attaches the transport,
 the workers exchange their addresses over the process group and rank 0 registers the job
 (`ina.transport.udp_setup`); `close()` (rank 0) deregisters it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import weakref
@@ -179,11 +182,11 @@ class _UdpTransport(Transport):
 
     def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
         """One MAX chunk holding the norm's word (base.norm_word), whose unsigned order is the numeric one."""
-        word = norm_word(norm).cpu().numpy().view(np.uint32)
+        word = _on_host(norm_word(norm)).numpy().view(np.uint32)
         device = norm.device
 
         def scalar(result: np.ndarray) -> torch.Tensor:
-            return word_norm(torch.from_numpy(result[:1].view(np.int32).copy())).to(device)
+            return _on_device(word_norm(torch.from_numpy(result[:1].view(np.int32).copy())), device)
 
         return _torch_future(self._running().submit(word, op="max", lane_bits=32), scalar, device)
 
@@ -196,11 +199,11 @@ class _UdpTransport(Transport):
                 f"this transport was attached for {self._workers} workers and {self._config}, "
                 f"not {workers} workers and {codec.config}"
             )
-        words, index_bits = self._payload(indices, codec)
+        words, index_bits = self._payload(_on_host(indices), codec)
         count, device = indices.numel(), indices.device
 
         def sums(result: np.ndarray) -> torch.Tensor:
-            return self._unpack(result, index_bits, count).to(device)
+            return _on_device(self._unpack(result, index_bits, count), device)
 
         # The words are ours (pack_words' fresh values or copy): lane sums replace them in place.
         future = engine.submit(words, op="sum", lane_bits=self._lane_bits, index_bits=index_bits,
@@ -310,21 +313,54 @@ def _torch_future(
 ) -> torch.futures.Future[torch.Tensor]:
     """A torch future that completes with `convert(sums)` (a tensor on `device`), or with the engine's error.
 
-    It completes on the engine's thread; on a GPU it records the stream it was completed on, and
-    whoever waits for it waits for that stream, as for NCCL's futures.
+    It completes on the engine's thread; on a GPU, `convert` runs on the device's copy stream
+    (`_copy_stream`) and whoever waits for the future waits for that stream, as for NCCL's futures.
     """
-    result: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
+    cuda = device.type == "cuda"
+    result: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[device] if cuda else None)
 
     def done(finished: Future) -> None:
-        try:
-            value = convert(finished.result())
-        except Exception as error:  # noqa: BLE001 - the hook's future carries it to the training step
-            result.set_exception(error)
-        else:
-            result.set_result(value)
+        with torch.cuda.stream(_copy_stream(device)) if cuda else contextlib.nullcontext():
+            try:
+                value = convert(finished.result())
+            except Exception as error:  # noqa: BLE001 - the hook's future carries it to the training step
+                result.set_exception(error)
+            else:
+                result.set_result(value)
 
     future.add_done_callback(done)
     return result
+
+
+def _on_host(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the host for the engine: a CPU tensor itself; a CUDA one copied once into pinned memory.
+
+    Waits for that copy only (the stream's work up to it), since the engine reads the bytes at once.
+    """
+    if tensor.device.type != "cuda":
+        return tensor
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record(torch.cuda.current_stream(tensor.device))
+    copied.synchronize()
+    return host
+
+
+def _on_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host ``tensor`` on ``device``: itself for the CPU; for a GPU, pinned and copied on the current stream without waiting.
+
+    The pinned block is reused only once the copy is done (torch's host allocator records it).
+    """
+    if device.type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+@functools.cache
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream results reach ``device`` on: neither waits for nor holds up the training stream."""
+    return torch.cuda.Stream(device)
 
 
 def _shut_down(engine: ServedEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]]) -> None:
