@@ -1,15 +1,18 @@
-"""THC codec benchmark: CPU throughput against torch.clone, and NMSE of the aggregated mean.
+"""THC codec benchmark: throughput against torch.clone, and NMSE of the aggregated mean.
 
     python -m benchmarks.codec                      # both tables, about a minute on 2 cores
     python -m benchmarks.codec --sizes 20 --repeats 3 --skip-nmse
-    python -m benchmarks.codec --device cuda --skip-nmse   # the CUDA path against a device clone
-    INA_COMPRESSION_NATIVE=0 python -m benchmarks.codec --sizes 20   # the pure-torch path
+    python -m benchmarks.codec --device cuda --sizes 24 26 --skip-nmse   # the Triton kernels against a GPU clone
+    INA_COMPRESSION_NATIVE=0 python -m benchmarks.codec --sizes 20   # the pure-torch path on CPU
+    INA_COMPRESSION_TRITON=0 python -m benchmarks.codec --device cuda --skip-nmse   # the eager-torch path on CUDA
 
 Throughput is GB/s of fp32 input (4 bytes per element), best of ``--repeats``; encode is the
 norm plus THCCodec.encode (rotate + quantize, fused on CPU), decode is THCCodec.decode
 (dequantize + unrotate, fused on CPU) of uint8 sums. Every operation allocates its
 output, as torch.clone does, so page faults are paid by both sides of the ratio; at sizes that fit
-in cache, clone runs at cache speed and the ratio says little about real buckets.
+in cache, clone runs at cache speed and the ratio says little about real buckets. On CUDA the
+table ends with the GPU targets' verdict at the largest size: encode and decode each at least
+0.3x (goal 0.5x) of clone.
 NMSE is ||mean_hat - mean||^2 / ||mean||^2 averaged over ``--trials``, with each worker's
 vector quantized by its own stream under the shared scale M = max of the workers' norms.
 """
@@ -24,7 +27,7 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from ina.compression import THCCodec, THCConfig, native_available
+from ina.compression import THCCodec, THCConfig, codec as codec_module, native_available
 
 Scheme = Callable[[Sequence[torch.Tensor], int], torch.Tensor]  # (worker vectors, trial) -> estimated mean
 
@@ -33,6 +36,7 @@ Scheme = Callable[[Sequence[torch.Tensor], int], torch.Tensor]  # (worker vector
 # its clip) and the clip fraction that minimizes rounding variance plus clipping error for a
 # standard normal coordinate. UHC keeps the reference's 1e-4.
 THC_CLIP = {2: 1 / 4, 3: 1 / 16, 4: 1 / 32, 8: 1e-4}
+GPU_TARGET, GPU_GOAL = 0.3, 0.5  # encode and decode GB/s as a fraction of clone's, on a GPU
 
 
 def best_times(runs: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
@@ -57,7 +61,8 @@ def best_times(runs: dict[str, Callable[[], object]], repeats: int, device: torc
 def throughput(sizes: Sequence[int], repeats: int, device: torch.device) -> None:
     codec = THCCodec(THCConfig())
     if device.type == "cuda":
-        backend = f"torch on {torch.cuda.get_device_name(device)}"
+        kernels = "Triton kernels" if codec_module._triton_kernels() else "eager torch"
+        backend = f"{kernels} on {torch.cuda.get_device_name(device)}"
     else:
         backend = ("native C kernels" if native_available() else "pure torch") + f", {torch.get_num_threads()} threads"
     print(f"\nThroughput ({backend}; GB/s of fp32 input, ratio to clone)")
@@ -84,6 +89,12 @@ def throughput(sizes: Sequence[int], repeats: int, device: torch.device) -> None
         rate = {name: 4 * n / s / 1e9 for name, s in seconds.items()}
         cells = [f"{rate[k]:7.2f} ({seconds['clone'] / seconds[k]:.2f}x)" for k in ("encode", "table_values", "decode")]
         print(f"{'2**%d' % round(math.log2(n)):>10} {rate['clone']:8.2f} " + " ".join(f"{c:>16}" for c in cells))
+    if device.type == "cuda":
+        ratios = {name: seconds["clone"] / seconds[name] for name in ("encode", "decode")}
+        verdict = "meets" if min(ratios.values()) >= GPU_TARGET else "MISSES"
+        goal = "meets" if min(ratios.values()) >= GPU_GOAL else "misses"
+        print(f"GPU at 2**{round(math.log2(n))}: encode {ratios['encode']:.2f}x, decode {ratios['decode']:.2f}x of clone "
+              f"({verdict} the >= {GPU_TARGET}x target, {goal} the {GPU_GOAL}x goal)")  # fmt: skip
 
 
 def thc_scheme(config: THCConfig) -> Scheme:
