@@ -16,7 +16,7 @@ import torch
 from ina.compression import THCCodec, THCConfig, codec as codec_module, hadamard, quantize
 from ina.compression.rng import SIGN_STREAM, stream_key
 
-pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[gpu]'); its interpreter runs these")
+triton = pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[gpu]'); its interpreter runs these")
 
 CONFIGS = {
     "thc4": THCConfig(),
@@ -27,16 +27,21 @@ CONFIGS = {
 LENGTHS = [600, 1024, 1025, 9000]  # one block shorter than block_size, one, two (m = 2), several
 
 
-@pytest.fixture(scope="module")
-def kernels() -> ModuleType:
-    """triton_kernels.py loaded afresh with TRITON_INTERPRET=1 (read when its kernels are defined)."""
+def load_kernels(interpret: bool) -> ModuleType:
+    """A fresh copy of triton_kernels.py whose kernels run in the interpreter or compile (TRITON_INTERPRET is read
+    when they are defined)."""
     path = Path(codec_module.__file__).with_name("triton_kernels.py")
-    spec = importlib.util.spec_from_file_location("ina.compression._interpreted_triton_kernels", path)
+    spec = importlib.util.spec_from_file_location(f"ina.compression._triton_kernels_{interpret}", path)
     module = importlib.util.module_from_spec(spec)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
+        patch.setenv("TRITON_INTERPRET", "1" if interpret else "0")
         spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def kernels() -> ModuleType:
+    return load_kernels(interpret=True)
 
 
 def case(name: str, n: int, seed: int = 5):
@@ -126,6 +131,33 @@ def test_decode_matches_the_reference_and_repeats_bit_for_bit(kernels, dtype, n)
     again = torch.full((n,), float("nan"))
     assert kernels.unrotate(total, block, sign_key, n, offset=offset, scale=scale, out=again) is again
     assert torch.equal(again, mean)  # every worker decodes the same sums to the same bits
+
+
+QUANTIZER = {"scale": "fp32", "threshold": "fp32", "gain": "fp32", "top": "i32", "brackets": "*i32", "q0": "i32",
+             "q1": "i32"}  # fmt: skip
+TRANSFORM = {"B1": "constexpr", "COLUMNS": "constexpr"}
+SIGNATURES = {  # each kernel's argument types as the wrappers pass them (key words as int32: triton_kernels._words)
+    "_encode_kernel": {"src": "*fp32", "n": "i32", "dst": "*u8", "columns": "i32", "k0": "i32", "k1": "i32",
+                       "normalization": "fp32", **QUANTIZER, **TRANSFORM},
+    "_decode_kernel": {"src": "*u8", "dst": "*fp32", "length": "i32", "columns": "i32", "offset": "fp32", "scale": "fp32",
+                       "k0": "i32", "k1": "i32", "normalization": "fp32", **TRANSFORM},
+    "_quantize_kernel": {"src": "*fp32", "n": "i32", "dst": "*u8", **QUANTIZER, "BLOCK": "constexpr"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SIGNATURES)
+def test_kernels_compile_for_hopper_with_tensor_core_products_and_no_fused_multiply_adds(name):
+    """What the interpreter cannot show: Triton's compiler takes the kernels (no GPU needed to compile for one)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module = load_kernels(interpret=False)
+    constexprs = {"BLOCK": module._ELEMENTS} if name == "_quantize_kernel" else {"B1": 32, "COLUMNS": module.COLUMNS}
+    source = ASTSource(fn=getattr(module, name), signature=SIGNATURES[name], constexprs=constexprs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=module._OPTIONS)
+    assert compiled.asm["cubin"]
+    assert ("nvidia_mma" in compiled.asm["ttgir"]) == (name != "_quantize_kernel")  # the products: tensor cores
+    assert "fma.rn.f32" not in compiled.asm["ptx"]  # the quantizer rounds as the reference does
 
 
 def test_cpu_tensors_never_take_the_triton_path():
