@@ -10,17 +10,20 @@ Walsh-Hadamard matrix of a block of B = B1 * 32 elements is the Kronecker produc
 Each product takes two TF32 passes, over the data rounded to TF32 and over what that rounding
 left: the +-1 entries are exact in TF32, so the terms are exact to about 2**-22 and accumulate in
 fp32 (Triton's ``tf32x3`` would add a third pass for the matrix's low bits, which are zero).
-That is not the CPU's butterfly order:
-rotated values differ from the reference in their last bits, and indices only where such a
-difference moves a value across a rounding boundary (a few in a million). On one kind of GPU the
-kernels are deterministic: every worker decodes the same sums to the same bits.
+That is not the CPU's butterfly order: rotated values differ from the reference in their last
+bits, and indices only where such a difference moves a value across a rounding boundary (a few
+in a million). On one kind of GPU the kernels are deterministic: every worker decodes the same
+sums to the same bits.
 
 The random streams are rng.py's mixer in uint32 arithmetic, so signs and uniforms are exactly
 the reference's. Set INA_COMPRESSION_TRITON=0 to use the torch path on CUDA tensors.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 import triton
 import triton.language as tl
@@ -198,6 +201,24 @@ def _quantizer(scale: float, levels: Levels, key: Key) -> dict:
             "brackets": _brackets(levels), "q0": _words(key)[0], "q1": _words(key)[1]}  # fmt: skip
 
 
+Wrapper = TypeVar("Wrapper", bound=Callable[..., torch.Tensor])
+
+
+def _on_its_device(wrapper: Wrapper) -> Wrapper:
+    """Run ``wrapper`` with its first tensor's GPU current: Triton launches on the current device, not the tensor's.
+
+    (CPU tensors are for the interpreter, which needs no device.)
+    """
+
+    @functools.wraps(wrapper)
+    def run(tensor: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        with torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext():
+            return wrapper(tensor, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+@_on_its_device
 def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
     """hadamard.rotate for a contiguous fp32 CUDA ``x``."""
     out = torch.empty(padded, dtype=torch.float32, device=x.device)
@@ -206,6 +227,7 @@ def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
     return out
 
 
+@_on_its_device
 def encode(
     x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key
 ) -> torch.Tensor:
@@ -219,6 +241,7 @@ def encode(
     return out
 
 
+@_on_its_device
 def unrotate(
     src: torch.Tensor, block: int, key: Key, length: int, *, offset: float = 0.0, scale: float = 1.0,
     out: torch.Tensor | None = None,
@@ -235,6 +258,7 @@ def unrotate(
     return out
 
 
+@_on_its_device
 def quantize(y: torch.Tensor, scale: float, levels: Levels, key: Key) -> torch.Tensor:
     """quantize.quantize for a contiguous fp32 CUDA ``y``."""
     out = torch.empty(y.numel(), dtype=torch.uint8, device=y.device)
@@ -244,6 +268,7 @@ def quantize(y: torch.Tensor, scale: float, levels: Levels, key: Key) -> torch.T
     return out
 
 
+@_on_its_device
 def lookup(indices: torch.Tensor, levels: Levels) -> torch.Tensor:
     """quantize.lookup for a contiguous uint8 CUDA ``indices``."""
     out = torch.empty(indices.numel(), dtype=torch.uint8, device=indices.device)

@@ -124,6 +124,16 @@ def test_triton_decode_repeats_bit_for_bit():
     assert torch.allclose(first.cpu(), reference, rtol=0, atol=1e-6 * float(reference.abs().max()))
 
 
+@needs_triton
+def test_triton_kernels_run_on_the_tensors_gpu_whatever_the_current_one():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    codec = THCCodec(THCConfig(), seed=1)
+    x = torch.randn(1 << 16, generator=torch.Generator().manual_seed(3))
+    on = {device: codec.encode(x.to(device), 2.0, round=0, bucket=0, worker=0) for device in ("cuda:0", "cuda:1")}
+    assert on["cuda:1"].device == torch.device("cuda:1") and torch.equal(on["cuda:1"].cpu(), on["cuda:0"].cpu())
+
+
 def _train_on_gpus(rank: int, workers: int, options: dict) -> dict:
     """A few SGD steps through each transport on this rank's GPU; each run's final parameters, on the host."""
     torch.cuda.set_device(rank)
