@@ -118,11 +118,9 @@ static int quantizer_setup(quantizer *q, float scale, float threshold, float gai
         PyErr_SetString(PyExc_ValueError, "quantize: granularity must be in 1..256 (tables hold 256 bytes)");
         return -1;
     }
-    q->scale = scale, q->threshold = threshold, q->gain = gain, q->top = granularity - 1;
-    q->chunks = ((size_t)granularity + 15) / 16, q->k0 = k0, q->k1 = k1;
-    q->lower8 = PTR(lower), q->base8 = PTR(base), q->width8 = PTR(width);
-    for (int i = 0; i < 256; i++)
-        q->lower[i] = q->lower8[i], q->base[i] = q->base8[i], q->width[i] = q->width8[i];
+    q->scale = scale, q->threshold = threshold, q->gain = gain, q->top = granularity - 1, q->k0 = k0, q->k1 = k1;
+    const uint8_t *lowers = PTR(lower), *bases = PTR(base), *widths = PTR(width);
+    for (int i = 0; i < 256; i++) q->levels[i] = bases[i] | (uint32_t)widths[i] << 8 | (uint32_t)lowers[i] << 16;
     return 0;
 }
 

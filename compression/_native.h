@@ -19,14 +19,10 @@ enum { SRC_F32 = 0, SRC_U8 = 1, SRC_I32 = 2 };
 /* Stochastic rounding to table levels (quantize.quantize). */
 typedef struct {
     float scale, threshold, gain;
-    int32_t top;   /* g - 1: the largest c = floor(v) that indexes the tables */
-    size_t chunks; /* 16-byte chunks of each byte table */
+    int32_t top; /* g - 1: the largest c = floor(v) that indexes the table */
     uint32_t k0, k1;
-    const uint8_t *lower8, *base8, *width8; /* quantize.Levels' tables (256 bytes each) */
-    /* The same tables as fp32 / int32, for register permutes of 32 entries. */
-    float base[256] __attribute__((aligned(64)));
-    float width[256] __attribute__((aligned(64)));
-    int32_t lower[256] __attribute__((aligned(64)));
+    /* quantize.Levels' base[c] | width[c] << 8 | lower[c] << 16: one lookup for all three. */
+    uint32_t levels[256] __attribute__((aligned(64)));
 } quantizer;
 
 /* The transform of interleaved blocks, with what comes before and after it (see the kernels). */

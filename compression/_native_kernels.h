@@ -30,6 +30,8 @@ typedef uint8_t vb __attribute__((vector_size(16))); /* 16 bytes; the first LANE
 #endif
 
 #define MAX_LANES 16
+/* Rows of a work item read ahead on the strided side: they share a few cache sets, so not many. */
+#define PREFETCH_ROWS 8
 
 static const uint32_t IOTA_WORDS[MAX_LANES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -144,57 +146,46 @@ INLINE void transpose_lanes(vu v[LANES]) {
 /* ---- quantize: clip, map to [0, g], stochastic rounding to table levels (quantize.quantize) ----
  * v rounds up from R[i] to R[i+1] when r * (R[i+1] - R[i]) < v - R[i], r uniform in [0, 1). */
 
-/* table[index] for 16 byte indices, table holding `chunks` * 16 bytes (pshufb); 0 beyond it. */
-INLINE vb lookup16(const uint8_t *table, size_t chunks, vb index) {
-    vb low = index & 15, high = index >> 4, out = {0};
-    for (size_t c = 0; c < chunks; c++) {
-        vb part;
-        memcpy(&part, table + 16 * c, sizeof part);
-        out |= __builtin_shuffle(part, low) & (vb)(high == (uint8_t)c);
-    }
-    return out;
-}
-
 /* The bracketing levels of v for c = floor(v): R[i] (below), R[i+1] - R[i] (step) and i (lower). */
 typedef struct {
     vf below, step;
     vi lower;
 } bracket;
 
+INLINE vu load_vu(const uint32_t *p) {
+    vu v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* quantizer.levels[c]: one table lookup for all three levels, by register permutes where there are. */
+INLINE vu level_words(const quantizer *q, vi c) {
 #if LANES == 16 && defined(__AVX512F__)
-/* 32-entry table[index] for indices in 0..31 (vpermt2ps, vpermt2d). */
-INLINE vf permute_f(const float *table, vi index) {
-    return __builtin_shuffle(load_vf(table), load_vf(table + 16), index);
-}
-
-INLINE vi permute_i(const int32_t *table, vi index) { return (vi)permute_f((const float *)table, index); }
-
-INLINE bracket brackets(const quantizer *q, vi c) {
-    bracket b = {permute_f(q->base, c), permute_f(q->width, c), permute_i(q->lower, c)};
-    for (int32_t first = 32; first <= q->top; first += 32) { /* g > 32: one more shuffle per 32 entries */
-        vi here = (c & ~31) == first;
-        b.below = (vf)blend(here, (vi)permute_f(q->base + first, c), (vi)b.below);
-        b.step = (vf)blend(here, (vi)permute_f(q->width + first, c), (vi)b.step);
-        b.lower = blend(here, permute_i(q->lower + first, c), b.lower);
+    vu words = __builtin_shuffle(load_vu(q->levels), load_vu(q->levels + 16), (vu)c); /* vpermt2d: 32 entries */
+    for (int32_t first = 32; first <= q->top; first += 32)
+        words = (vu)blend((c & ~31) == first,
+                          (vi)__builtin_shuffle(load_vu(q->levels + first), load_vu(q->levels + first + 16), (vu)c),
+                          (vi)words);
+    return words;
+#elif LANES == 8 && defined(__AVX2__)
+    vu words = (vu)_mm256_permutevar8x32_epi32((__m256i)load_vu(q->levels), (__m256i)c); /* vpermd: 8 entries */
+    for (int32_t first = 8; first <= q->top; first += 8) {
+        __m256i more = _mm256_permutevar8x32_epi32((__m256i)load_vu(q->levels + first), (__m256i)c);
+        words = (vu)blend((c & ~7) == first, (vi)more, (vi)words);
     }
-    return b;
-}
-#elif defined(BYTE_SHUFFLES)
-INLINE bracket brackets(const quantizer *q, vi c) {
-    vb k = narrow(c);
-    bracket b = {__builtin_convertvector(widen(lookup16(q->base8, q->chunks, k)), vf),
-                 __builtin_convertvector(widen(lookup16(q->width8, q->chunks, k)), vf),
-                 widen(lookup16(q->lower8, q->chunks, k))};
-    return b;
-}
+    return words;
 #else
-INLINE bracket brackets(const quantizer *q, vi c) {
-    vf below, step;
-    vi lower;
-    for (int k = 0; k < LANES; k++) below[k] = q->base[c[k]], step[k] = q->width[c[k]], lower[k] = q->lower[c[k]];
-    return (bracket){below, step, lower};
-}
+    vu words;
+    for (int k = 0; k < LANES; k++) words[k] = q->levels[c[k]];
+    return words;
 #endif
+}
+
+INLINE bracket brackets(const quantizer *q, vi c) {
+    vu words = level_words(q, c);
+    return (bracket){__builtin_convertvector((vi)(words & 255), vf),
+                     __builtin_convertvector((vi)(words >> 8 & 255), vf), (vi)(words >> 16)};
+}
 
 /* Table indices of y, whose elements have rounding-stream indices p (in the first LANES bytes). */
 INLINE vb quantize_lanes(const quantizer *q, vf y, vu p) {
@@ -265,13 +256,18 @@ static int whole_rows(const tile_job *j, const tile_t *tiles, size_t count, size
 /* ENCODE, ROTATE: the group's rows from x, zero-padded, signs flipped. */
 INLINE void load_input(const tile_job *j, tile_t *tiles, size_t count) {
     const int whole = whole_rows(j, tiles, count, j->n);
+    const size_t ahead = PREFETCH_ROWS * j->columns;
     for (size_t r = 0; r < j->block; r++)
         for (size_t g = 0; g < count; g++) {
             tile_t *t = &tiles[g];
             size_t at = r * j->columns + t->c0;
             vf v;
-            if (whole) v = load_vf(j->x + at);
-            else partial_row((float *)&v, j->x + at, at >= j->n ? 0 : j->n - at < t->width ? j->n - at : t->width);
+            if (whole) {
+                if (r + PREFETCH_ROWS < j->block) __builtin_prefetch(j->x + at + ahead, 0, 2);
+                v = load_vf(j->x + at);
+            } else {
+                partial_row((float *)&v, j->x + at, at >= j->n ? 0 : j->n - at < t->width ? j->n - at : t->width);
+            }
             t->rows[r] = flip(v, sign_mask(j, t, r));
         }
 }
@@ -279,14 +275,18 @@ INLINE void load_input(const tile_job *j, tile_t *tiles, size_t count) {
 /* DECODE: the group's normalized rows, signs flipped, to their interleaved places in the output. */
 INLINE void store_rows(const tile_job *j, const tile_t *tiles, size_t count) {
     const int whole = whole_rows(j, tiles, count, j->length);
+    const size_t ahead = PREFETCH_ROWS * j->columns;
     for (size_t r = 0; r < j->block; r++)
         for (size_t g = 0; g < count; g++) {
             const tile_t *t = &tiles[g];
             vf v = flip(t->rows[r] * j->norm, sign_mask(j, t, r));
             size_t at = r * j->columns + t->c0;
-            if (whole) memcpy(j->out + at, &v, sizeof v);
-            else
+            if (whole) {
+                if (r + PREFETCH_ROWS < j->block) __builtin_prefetch(j->out + at + ahead, 1, 3);
+                memcpy(j->out + at, &v, sizeof v);
+            } else {
                 for (size_t k = 0; k < t->width && at + k < j->length; k++) j->out[at + k] = v[k];
+            }
         }
 }
 
@@ -469,6 +469,20 @@ static void quantize(const void *ctx, work_t *work) {
             else memcpy(j->dst + i, &index, count);
         }
 }
+
+#ifdef BYTE_SHUFFLES
+/* table[index] for 16 byte indices, table holding `chunks` * 16 bytes (pshufb); 0 beyond it. */
+INLINE vb lookup16(const uint8_t *table, size_t chunks, vb index) {
+    vb low = index & 15, high = index >> 4, out = {0};
+    for (size_t c = 0; c < chunks; c++) {
+        vb part;
+        memcpy(&part, table + 16 * c, sizeof part);
+        out |= __builtin_shuffle(part, low) & (vb)(high == (uint8_t)c);
+    }
+    return out;
+}
+
+#endif
 
 static void lookup(const void *ctx, work_t *work) {
     const lookup_job job = *(const lookup_job *)ctx, *j = &job;
