@@ -33,6 +33,10 @@ from .hadamard import inverse_sqrt
 from .quantize import Levels
 from .rng import Key
 
+MIN_TRITON = (3, 2)  # older interpreters and compilers reject the kernels
+if tuple(int(part) for part in triton.__version__.split(".")[:2]) < MIN_TRITON:
+    raise ImportError(f"the THC kernels need Triton >= {'.'.join(map(str, MIN_TRITON))}, found {triton.__version__}")
+
 MIN_BLOCK, MAX_BLOCK = 512, 2048  # B1 = block / 32 must be >= 16 (a tensor-core dot's least side)
 COLUMNS = 8  # blocks per program: each strided input row is read in 32-byte (one-sector) pieces
 _ELEMENTS = 4096  # elements per program of the elementwise kernels

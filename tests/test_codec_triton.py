@@ -5,6 +5,7 @@ streams, quantizer and transform without a GPU; the interpreter's products are p
 a GPU's are two TF32 passes, so tests/test_codec_cuda.py checks the same bounds on a GPU.
 """
 import importlib.util
+import inspect
 import sys
 import warnings
 from pathlib import Path
@@ -151,6 +152,8 @@ def test_kernels_compile_for_hopper_with_tensor_core_products_and_no_fused_multi
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    if "constexprs" not in inspect.signature(ASTSource).parameters:
+        pytest.skip(f"Triton {triton.__version__} compiles ahead of time through an older API (constexprs= is 3.3's)")
     module = load_kernels(interpret=False)
     constexprs = {"BLOCK": module._ELEMENTS} if name == "_quantize_kernel" else {"B1": 32, "COLUMNS": module.COLUMNS}
     source = ASTSource(fn=getattr(module, name), signature=SIGNATURES[name], constexprs=constexprs)
