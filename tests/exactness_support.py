@@ -2,7 +2,8 @@
 
 Shared by the exactness tests: each reduction knows every rank's words and the direct sum
 a collective all_reduce of the same table values would give. A test module that imports
-`ps_path` runs every test on both PSes (the Python reference and the native one).
+`packet_path` runs every test on both paths: the Python references (switch, PS and engines) and
+the native cores, chosen as users choose them (INA_NATIVE_PACKETS).
 """
 
 from __future__ import annotations
@@ -11,19 +12,26 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from ps_support import PS_PATHS
 
+from ina.net.native import DISABLE
 from ina.net.node import Address, Datagram
 from ina.protocol import Kind, MalformedPacket, pack_fields, parse, result_words
 from ina.protocol.packing import fields_per_word
-from ina.ps.native import ps_core
+from ina.ps.native import native_module as native_ps
 from ina.sim.cluster import Cluster
+from ina.switch.native import native_module as native_switch
+from ina.transport.native import native_module as native_engine
 from ina.transport.errors import TransportError
 
-@pytest.fixture(params=PS_PATHS, autouse=True)
-def ps_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every simulated cluster of the test builds its PS on this path."""
-    monkeypatch.setattr("ina.sim.cluster.ParameterServer", lambda words, **options: ps_core(words, request.param, **options))
+_NATIVE_BUILT = all(module() is not None for module in (native_switch, native_ps, native_engine))
+
+
+@pytest.fixture(autouse=True, params=["python", pytest.param("native", marks=pytest.mark.skipif(
+    not _NATIVE_BUILT, reason="the native switch, PS or worker engine is not built (or INA_NATIVE_PACKETS=0)"))])  # fmt: skip
+def packet_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every simulated cluster of the test runs on this path (a Cluster's default follows INA_NATIVE_PACKETS)."""
+    if request.param == "python":
+        monkeypatch.setenv(DISABLE, "0")
     return request.param
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exactness_support import THC_TABLE, Reduction, assert_exact, collect, indices, lanes, norms, submit_all, ps_path  # noqa: F401 (ps_path: each test on both PSes)
+from exactness_support import THC_TABLE, Reduction, assert_exact, collect, indices, lanes, norms, submit_all, packet_path  # noqa: F401 (each test on both paths)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

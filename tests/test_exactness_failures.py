@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exactness_support import THC_TABLE, assert_exact, collect, indices, lanes, submit_all, ps_path  # noqa: F401 (ps_path: each test on both PSes)
+from exactness_support import THC_TABLE, assert_exact, collect, indices, lanes, submit_all, packet_path  # noqa: F401 (each test on both paths)
 from test_exactness import K, cluster
 
 from ina.net.node import Datagram

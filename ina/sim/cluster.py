@@ -13,10 +13,13 @@ from typing import Any, Callable
 from ina.control import Endpoint, JobSpec
 from ina.net.node import Address, Node
 from ina.ps import ParameterServer
+from ina.ps.native import NativeParameterServer, ps_core
 from ina.sim.link import Link
 from ina.sim.network import Network
 from ina.switch import SwitchConfig, SwitchCore
+from ina.switch.native import NativeSwitchCore, switch_core
 from ina.transport.engine import Engine, EngineConfig
+from ina.transport.native import NativeEngine, engine
 from ina.transport.priority import PriorityPolicy
 
 SWITCH_ADDR: Address = ("10.0.0.1", 47100)
@@ -37,8 +40,9 @@ class Cluster:
     """One switch (pool `pool`, policy `policy`), one PS and the jobs added with `add_job`.
 
     With `switch=False` there is no switch: jobs run in PS-only mode. `engine` holds the
-    EngineConfig timing fields every worker gets (min_rto, max_rto, initial_rto, peer_timeout);
-    `engine_type` builds each worker's engine (the Python `Engine`, or `ina.transport.native.NativeEngine`).
+    EngineConfig timing fields every worker gets (min_rto, max_rto, initial_rto, peer_timeout).
+    `path` picks the switch, the PS and the engines: "python" (the references), "native" (the C
+    cores), or None for native where built, as `ina switch`, `ina ps` and the transports do.
     """
 
     words: int
@@ -52,20 +56,20 @@ class Cluster:
     switch_host: Hosts = Hosts()
     engine: dict[str, float] = field(default_factory=dict)
     ps_options: dict[str, Any] = field(default_factory=dict)
-    engine_type: Callable[[EngineConfig, PriorityPolicy | None], Engine] = Engine
+    path: str | None = None
     net: Network = field(init=False)
-    switch_core: SwitchCore | None = field(init=False)
-    ps: ParameterServer = field(init=False)
-    jobs: dict[int, list[Engine]] = field(init=False, default_factory=dict)
+    switch_core: SwitchCore | NativeSwitchCore | None = field(init=False)
+    ps: ParameterServer | NativeParameterServer = field(init=False)
+    jobs: dict[int, list[Engine | NativeEngine]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.net = Network(self.seed, self.frame_overhead)
-        self.ps = ParameterServer(self.words, **self.ps_options)
+        self.ps = ps_core(self.words, self.path, **self.ps_options)
         self.net.attach(PS_ADDR, self.ps, self.ps_host.link, processing=self.ps_host.processing,
                         coalesce=self.ps_host.coalesce)
         self.switch_core = None
         if self.switch:
-            self.switch_core = SwitchCore(SwitchConfig(pool=self.pool, words=self.words, policy=self.policy))
+            self.switch_core = switch_core(SwitchConfig(pool=self.pool, words=self.words, policy=self.policy), self.path)
             self.net.attach(SWITCH_ADDR, self.switch_core, self.switch_host.link,
                             processing=self.switch_host.processing, coalesce=self.switch_host.coalesce)
 
@@ -81,9 +85,9 @@ class Cluster:
         index_bits: int = 0,
         table: tuple[int, ...] = (),
         policy: Callable[[], PriorityPolicy] | None = None,
-        wrap: Callable[[Engine], Node] | None = None,
+        wrap: Callable[[Engine | NativeEngine], Node] | None = None,
         first_seq: int = 0,
-    ) -> list[Engine]:
+    ) -> list[Engine | NativeEngine]:
         """Register a job of `workers` ranks and attach one engine per rank (wrapped by `wrap`, if given).
 
         `ps_only` (default: when the cluster has no switch) sends the job's chunks to the PS;
@@ -109,9 +113,9 @@ class Cluster:
                 sources=frozenset({PS_ADDR} if ps_only else {SWITCH_ADDR, PS_ADDR}), first_seq=first_seq,
                 **self.engine,
             )
-            engine = self.engine_type(config, policy() if policy is not None else None)
-            engines.append(engine)
-            self.net.attach(addr, wrap(engine) if wrap else engine, self.workers.link,
+            worker = engine(config, policy() if policy is not None else None, self.path)
+            engines.append(worker)
+            self.net.attach(addr, wrap(worker) if wrap else worker, self.workers.link,
                             processing=self.workers.processing, coalesce=self.workers.coalesce)
         self.jobs[job] = engines
         return engines

@@ -13,6 +13,7 @@ arithmetic); any other policy object needs the Python engine (`native_policy` sa
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from types import ModuleType
 from typing import Any, Literal, NamedTuple, Sequence
@@ -23,20 +24,13 @@ from ina.net.frames import Frames
 from ina.net.native import load_native
 from ina.net.node import Address, Datagram
 from ina.transport.chunks import result_length
-from ina.transport.engine import EngineConfig, checked_output, checked_submission, failure_message
+from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
 from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
 
-_module: ModuleType | None = None
-_loaded = False
-
-
 def native_module() -> ModuleType | None:
     """ina.transport._native, or None (not built, or INA_NATIVE_PACKETS=0; `load_native` says so once)."""
-    global _module, _loaded
-    if not _loaded:
-        _module, _loaded = load_native("ina.transport._native", "worker engine"), True
-    return _module
+    return load_native("ina.transport._native", "worker engine")
 
 
 def native_policy(policy: PriorityPolicy | None) -> dict[str, Any] | None:
@@ -51,6 +45,17 @@ def native_policy(policy: PriorityPolicy | None) -> dict[str, Any] | None:
                     time_constant=policy.time_constant, age_step=policy.age_step,
                     decaying_bytes=policy._bytes, observed_at=policy._at)  # fmt: skip  # its state so far
     return None
+
+
+def runs_natively(policy: PriorityPolicy | None) -> bool:
+    """Whether the native engine is built and runs `policy`; a policy it cannot run is named, once."""
+    if native_module() is None:
+        return False
+    if native_policy(policy) is None:
+        warnings.warn(f"ina: the native worker engine runs FixedPriority and IntensityPriority only; the policy "
+                      f"{type(policy).__name__} runs on the much slower Python engine", RuntimeWarning, stacklevel=3)
+        return False
+    return True
 
 
 def core_arguments(config: EngineConfig, policy: dict[str, Any], peer: Any, *, served: bool) -> dict[str, Any]:
@@ -191,3 +196,14 @@ class NativeEngine:
     def next_deadline(self) -> float | None:
         return self._core.next_deadline()
 
+
+
+def engine(config: EngineConfig, policy: PriorityPolicy | None = None, path: str | None = None) -> Engine | NativeEngine:
+    """The sans-IO engine on `path`: "python", "native" (an error where not built), or None for native where it
+    is built and runs `policy` (as the transports choose it)."""
+    if path not in (None, "python", "native"):
+        raise ValueError(f"path must be 'python', 'native' or None (native where built), got {path!r}")
+    if path == "native" and native_module() is None:
+        raise RuntimeError("the native worker engine is not available: build it (python setup.py build_ext --inplace) "
+                           "and unset INA_NATIVE_PACKETS=0, or use the Python path")  # fmt: skip
+    return NativeEngine(config, policy) if path != "python" and runs_natively(policy) else Engine(config, policy)

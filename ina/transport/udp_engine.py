@@ -15,7 +15,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-import warnings
 from collections import Counter, deque
 from concurrent.futures import Future
 from typing import Literal, NamedTuple, Sequence
@@ -29,7 +28,7 @@ from ina.net.node import Datagram
 from ina.net.udp import UdpRunner
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.errors import TransportError
-from ina.transport.native import core_arguments, engine_error, native_module, native_policy, new_reduction
+from ina.transport.native import core_arguments, engine_error, native_module, new_reduction, runs_natively
 from ina.transport.priority import IntensityPriority, PriorityPolicy
 
 
@@ -265,13 +264,7 @@ ServedEngine = UdpEngine | NativeUdpEngine
 
 def serve_engine(config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> ServedEngine:
     """The native engine where it is built and runs `policy`, else the Python one (saying why, for a policy)."""
-    if native_module() is None:
-        return UdpEngine(config, sock, policy)
-    if native_policy(policy) is None:
-        warnings.warn(f"ina: the native worker engine runs FixedPriority and IntensityPriority only; the policy "
-                      f"{type(policy).__name__} runs on the much slower Python engine", RuntimeWarning, stacklevel=2)
-        return UdpEngine(config, sock, policy)
-    return NativeUdpEngine(config, sock, policy)
+    return NativeUdpEngine(config, sock, policy) if runs_natively(policy) else UdpEngine(config, sock, policy)
 
 
 def _peer(address: tuple[str, int]) -> tuple[int, int]:
