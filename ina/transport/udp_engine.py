@@ -28,7 +28,7 @@ from ina.net.node import Datagram
 from ina.net.udp import UdpRunner
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.errors import TransportError
-from ina.transport.native import core_arguments, engine_error, native_module, new_reduction, runs_natively
+from ina.transport.native import core_arguments, engine_error, native_module, native_policy, new_reduction, runs_natively
 from ina.transport.priority import IntensityPriority, PriorityPolicy
 
 
