@@ -115,6 +115,11 @@ class _UdpTransport(Transport):
         self.job: Optional[int] = None
         self._closer: Optional[weakref.finalize] = None
 
+    @property
+    def words(self) -> int:
+        """K, the 32-bit words of each DATA packet the job registered (0 before `attach`)."""
+        return self._words
+
     # --- bootstrap --------------------------------------------------------------------
 
     def attach(self, codec: THCCodec, process_group: dist.ProcessGroup) -> None:
