@@ -120,7 +120,10 @@ static int quantizer_setup(quantizer *q, float scale, float threshold, float gai
     }
     q->scale = scale, q->threshold = threshold, q->gain = gain, q->top = granularity - 1, q->k0 = k0, q->k1 = k1;
     const uint8_t *lowers = PTR(lower), *bases = PTR(base), *widths = PTR(width);
-    for (int i = 0; i < 256; i++) q->levels[i] = bases[i] | (uint32_t)widths[i] << 8 | (uint32_t)lowers[i] << 16;
+    for (int i = 0; i < 256; i++) {
+        q->base[i] = bases[i], q->width[i] = widths[i], q->lower[i] = lowers[i];
+        q->levels[i] = bases[i] | (uint32_t)widths[i] << 8 | (uint32_t)lowers[i] << 16;
+    }
     return 0;
 }
 

@@ -19,9 +19,13 @@ enum { SRC_F32 = 0, SRC_U8 = 1, SRC_I32 = 2 };
 /* Stochastic rounding to table levels (quantize.quantize). */
 typedef struct {
     float scale, threshold, gain;
-    int32_t top; /* g - 1: the largest c = floor(v) that indexes the table */
+    int32_t top; /* g - 1: the largest c = floor(v) that indexes the tables */
     uint32_t k0, k1;
-    /* quantize.Levels' base[c] | width[c] << 8 | lower[c] << 16: one lookup for all three. */
+    /* quantize.Levels' tables, as fp32 and int32 (for permutes of 32 entries) and packed into
+     * base[c] | width[c] << 8 | lower[c] << 16 (one lookup of 8-entry permutes or loads for all three). */
+    float base[256] __attribute__((aligned(64)));
+    float width[256] __attribute__((aligned(64)));
+    int32_t lower[256] __attribute__((aligned(64)));
     uint32_t levels[256] __attribute__((aligned(64)));
 } quantizer;
 

@@ -158,27 +158,34 @@ INLINE vu load_vu(const uint32_t *p) {
     return v;
 }
 
-/* quantizer.levels[c]: one table lookup for all three levels, by register permutes where there are. */
-INLINE vu level_words(const quantizer *q, vi c) {
 #if LANES == 16 && defined(__AVX512F__)
-    vu words = __builtin_shuffle(load_vu(q->levels), load_vu(q->levels + 16), (vu)c); /* vpermt2d: 32 entries */
-    for (int32_t first = 32; first <= q->top; first += 32)
-        words = (vu)blend((c & ~31) == first,
-                          (vi)__builtin_shuffle(load_vu(q->levels + first), load_vu(q->levels + first + 16), (vu)c),
-                          (vi)words);
-    return words;
-#elif LANES == 8 && defined(__AVX2__)
-    vu words = (vu)_mm256_permutevar8x32_epi32((__m256i)load_vu(q->levels), (__m256i)c); /* vpermd: 8 entries */
+/* 32-entry table[c] for c in 0..31 (vpermt2ps). */
+INLINE vf permute32(const float *table, vi c) { return __builtin_shuffle(load_vf(table), load_vf(table + 16), c); }
+
+INLINE bracket brackets(const quantizer *q, vi c) {
+    bracket b = {permute32(q->base, c), permute32(q->width, c), (vi)permute32((const float *)q->lower, c)};
+    for (int32_t first = 32; first <= q->top; first += 32) { /* g > 32: one more permute per 32 entries */
+        vi here = (c & ~31) == first;
+        b.below = (vf)blend(here, (vi)permute32(q->base + first, c), (vi)b.below);
+        b.step = (vf)blend(here, (vi)permute32(q->width + first, c), (vi)b.step);
+        b.lower = blend(here, (vi)permute32((const float *)q->lower + first, c), b.lower);
+    }
+    return b;
+}
+#else
+/* quantizer.levels[c]: all three levels in one lookup, 8-entry permutes on AVX2. */
+INLINE vu level_words(const quantizer *q, vi c) {
+#if LANES == 8 && defined(__AVX2__)
+    vu words = (vu)_mm256_permutevar8x32_epi32((__m256i)load_vu(q->levels), (__m256i)c);
     for (int32_t first = 8; first <= q->top; first += 8) {
         __m256i more = _mm256_permutevar8x32_epi32((__m256i)load_vu(q->levels + first), (__m256i)c);
         words = (vu)blend((c & ~7) == first, (vi)more, (vi)words);
     }
-    return words;
 #else
     vu words;
     for (int k = 0; k < LANES; k++) words[k] = q->levels[c[k]];
-    return words;
 #endif
+    return words;
 }
 
 INLINE bracket brackets(const quantizer *q, vi c) {
@@ -186,16 +193,32 @@ INLINE bracket brackets(const quantizer *q, vi c) {
     return (bracket){__builtin_convertvector((vi)(words & 255), vf),
                      __builtin_convertvector((vi)(words >> 8 & 255), vf), (vi)(words >> 16)};
 }
+#endif
+
+INLINE vf splat(float x) {
+    vf v;
+    for (int k = 0; k < LANES; k++) v[k] = x;
+    return v;
+}
+
+/* u > -t ? u : -t, then u < t ? u : t: NaN goes to -T (max and min return their second operand
+ * for NaN, as the comparisons do). */
+INLINE vf clip(vf u, vf t) {
+#if LANES == 16 && defined(__AVX512F__)
+    return (vf)_mm512_min_ps(_mm512_max_ps((__m512)u, (__m512)-t), (__m512)t);
+#elif LANES == 8 && defined(__AVX2__)
+    return (vf)_mm256_min_ps(_mm256_max_ps((__m256)u, (__m256)-t), (__m256)t);
+#else
+    u = (vf)blend((vi)(u > -t), (vi)u, (vi)-t);
+    return (vf)blend((vi)(u < t), (vi)u, (vi)t);
+#endif
+}
 
 /* Table indices of y, whose elements have rounding-stream indices p (in the first LANES bytes). */
 INLINE vb quantize_lanes(const quantizer *q, vf y, vu p) {
-    const vf t = (vf){0} + q->threshold;
-    vf u = y * q->scale;
-    u = (vf)blend((vi)(u > -t), (vi)u, (vi)-t); /* NaN goes to -T */
-    u = (vf)blend((vi)(u < t), (vi)u, (vi)t);
-    vf v = (u + t) * q->gain;
-    vi c = __builtin_convertvector(v, vi); /* truncation: floor, as v >= 0 */
-    c = blend(c < 0, (vi){0}, c);
+    const vf t = splat(q->threshold);
+    vf v = (clip(y * q->scale, t) + t) * q->gain; /* in [0, g] */
+    vi c = __builtin_convertvector(v, vi);         /* truncation: floor, as v >= 0 */
     c = blend(c > q->top, (vi){0} + q->top, c);
     bracket b = brackets(q, c);
     vi word = (vi)(stream(p, q->k0, q->k1) >> 8); /* top 24 bits: exact in fp32 */
@@ -381,8 +404,14 @@ INLINE void store_indices(const tile_job *j, const tile_t *t) {
     const size_t block = j->block;
     for (size_t r0 = 0; r0 < block; r0 += 16) {
         vb v[16] = {{0}};
-        for (size_t i = 0; i < 16 && r0 + i < block; i++)
-            v[i] = quantize_lanes(&j->q, t->rows[r0 + i] * j->norm, t->first + (uint32_t)(r0 + i));
+        if (block >= 16) {
+#pragma GCC unroll 16
+            for (size_t i = 0; i < 16; i++)
+                v[i] = quantize_lanes(&j->q, t->rows[r0 + i] * j->norm, t->first + (uint32_t)(r0 + i));
+        } else {
+            for (size_t i = 0; i < block; i++)
+                v[i] = quantize_lanes(&j->q, t->rows[i] * j->norm, t->first + (uint32_t)i);
+        }
         transpose_bytes(v);
         for (size_t k = 0; k < t->width; k++) {
             uint8_t *out = j->indices + (t->c0 + k) * block + r0;
@@ -458,16 +487,19 @@ static void tiles(const void *job, work_t *work) {
 static void quantize(const void *ctx, work_t *work) {
     const quantize_job job = *(const quantize_job *)ctx, *j = &job;
     size_t first, last;
-    while (claim(work, &first, &last))
-        for (size_t i = first; i < last; i += LANES) {
-            size_t count = last - i < LANES ? last - i : LANES;
-            vf y;
-            if (count == LANES) y = load_vf(j->src + i);
-            else partial_row((float *)&y, j->src + i, count);
-            vb index = quantize_lanes(&j->q, y, iota() + (uint32_t)i);
-            if (count == LANES) memcpy(j->dst + i, &index, LANES);
-            else memcpy(j->dst + i, &index, count);
+    while (claim(work, &first, &last)) {
+        size_t i = first;
+        for (; i + LANES <= last; i += LANES) {
+            vb index = quantize_lanes(&j->q, load_vf(j->src + i), iota() + (uint32_t)i);
+            memcpy(j->dst + i, &index, LANES);
         }
+        if (i < last) { /* the ragged end */
+            vf y;
+            partial_row((float *)&y, j->src + i, last - i);
+            vb index = quantize_lanes(&j->q, y, iota() + (uint32_t)i);
+            memcpy(j->dst + i, &index, last - i);
+        }
+    }
 }
 
 #ifdef BYTE_SHUFFLES
