@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, THCConfig, scaling
+from ina.compression import THCCodec, THCConfig
 from ina.transport import create_transport
 from ina.transport.base import Transport
 
@@ -149,12 +149,13 @@ class THCState:
 def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     r"""Average ``bucket`` over the workers with THC: 4-8x less traffic than fp32 allreduce.
 
-    Per bucket: optionally add the error memory; rotate (randomized Hadamard, fresh per round and
-    bucket, agreed without communication); take the max of the workers' norms (one tiny MAX
-    reduction, in flight during the rotation); quantize to table values by unbiased stochastic
-    rounding; sum those integers (one SUM reduction); decode the mean. The first
-    ``state.start_iter`` iterations and buckets under ``state.min_compression_elements`` use
-    plain allreduce. The result has the bucket's dtype (fp32, fp16 or bf16).
+    Per bucket: optionally add the error memory; take the max of the workers' norms (one tiny MAX
+    reduction); rotate (randomized Hadamard, fresh per round and bucket, agreed without
+    communication) and quantize to table values by unbiased stochastic rounding, in one fused
+    pass on CPU; sum those integers (one SUM reduction); decode the mean, straight into an fp32
+    bucket. The first ``state.start_iter`` iterations and buckets under
+    ``state.min_compression_elements`` use plain allreduce. The result has the bucket's dtype
+    (fp32, fp16 or bf16).
 
     Non-finite gradients (a loss-scale overflow): if any worker's bucket holds inf or NaN, every
     worker's result for that bucket is all NaN, so ``torch.amp.GradScaler`` and similar checks skip
@@ -164,7 +165,7 @@ def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[t
     buckets, from denormals and zeros to norms whose square overflows fp32, are averaged within
     THC's error; a bucket whose norm itself exceeds fp32 counts as non-finite.
 
-    The hook waits for the MAX before quantizing rather than chaining it: a reduction issued from
+    The hook waits for the MAX before encoding rather than chaining it: a reduction issued from
     a completion callback would run on a gloo worker thread, in an order that differs between
     ranks. It reads the local norm and the max on the host (on CUDA, two small synchronizations
     per bucket) to take the same branch as every other worker. Decoding is chained, so the SUM
@@ -218,12 +219,7 @@ def _thc_mean(
     if memory is not None:
         x = x + memory
     norm = codec.norm(x)  # NaN when x holds inf or NaN: the verdict every worker then sees in the max
-    max_norm = transport.norm_max(x.new_tensor(norm), bucket=index)
-    # Rotate x moved near unit norm by a power of two (exact; nothing moves unless the norm is
-    # extreme), so the transform's sums stay in fp32's range; the scale is undone in quantizing.
-    e = scaling.rescaling(norm) if math.isfinite(norm) else 0
-    rotated = codec.rotate(scaling.scaled(x, -e), **where)
-    scale = float(max_norm.wait())
+    scale = float(transport.norm_max(x.new_tensor(norm), bucket=index).wait())
     if not math.isfinite(scale):
         # Some worker's bucket is non-finite. Every worker sees the same max, so all of them skip
         # the quantizer and the SUM round and leave the error memory as it is.
@@ -231,10 +227,9 @@ def _thc_mean(
         future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=devices)
         future.set_result(buffer.fill_(math.nan))
         return future
-    # The shared norm in the rotated vector's units, capped: a worker whose own norm is 2**128
-    # times below the max contributes nothing measurable either way.
-    relative = min(scale * 2.0**-e, _FP32_MAX)
-    indices = codec.quantize(rotated, relative, worker=rank, **where)
+    # One fused pass (on CPU) from the bucket to its indices; for an extreme max, x and the max move
+    # near 1 together by a power of two first, which keeps the transform's sums in fp32's range.
+    indices = codec.encode(x, scale, worker=rank, **where)
     total = transport.table_sum(indices, codec, workers, bucket=index)
     # The mean's coordinates lie within T * M of zero and the compression error's within (1 + T) * M:
     # near the top of fp32's or the bucket dtype's range, clamp them so finite inputs stay finite.
@@ -242,11 +237,13 @@ def _thc_mean(
 
     def finish(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         _read_on_current_stream(x, indices, memory)
-        mean = codec.decode(fut.value(), workers, scale, length=buffer.numel(), **where)
-        if state.error_feedback:
+        if state.error_feedback:  # before the mean overwrites the bucket, which x may be
             own = codec.decode(codec.table_values(indices), 1, scale, length=buffer.numel(), **where)
             error = x - own
             state.error_dict[index] = error.clamp_(-_FP32_MAX, _FP32_MAX) if reach > _FP32_MAX else error
+        # An fp32 bucket takes the mean straight from the decoder.
+        into = buffer if buffer.dtype == torch.float32 else None
+        mean = codec.decode(fut.value(), workers, scale, length=buffer.numel(), out=into, **where)
         return buffer.copy_(mean.clamp_(-bound, bound) if reach > bound else mean)
 
     return total.then(finish)

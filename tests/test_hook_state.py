@@ -110,6 +110,21 @@ def test_the_state_attaches_its_transport_once_with_its_codec_and_workers():
     assert transport.attached == [(state.codec, group)] and state.codec.config.bits == 2
 
 
+@pytest.mark.parametrize("error_feedback", [False, True])
+def test_an_fp32_bucket_gets_exactly_the_codecs_mean_in_place(error_feedback):
+    """The hook's fused encode and its decode into the bucket give the bits of rotate, quantize, decode."""
+    state = _solo_state(error_feedback)
+    codec, where = state.codec, {"round": 2, "bucket": 1}
+    gradient = torch.randn(3000, generator=torch.Generator().manual_seed(4))
+    buffer = gradient.clone()
+    averaged = thc_hook(state, FakeBucket(buffer, index=1)).wait()
+    norm = codec.norm(gradient)
+    indices = codec.quantize(codec.rotate(gradient, **where), norm, worker=0, **where)
+    expected = codec.decode(codec.table_values(indices).int(), 1, norm, length=3000, **where)
+    assert averaged.data_ptr() == buffer.data_ptr() and torch.equal(averaged, expected)
+    assert not error_feedback or torch.equal(state.error_dict[1], gradient - expected)
+
+
 def test_error_feedback_keeps_what_compression_lost():
     state = _solo_state(error_feedback=True)
     gradient = torch.randn(3000, generator=torch.Generator().manual_seed(1))
