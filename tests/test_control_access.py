@@ -227,6 +227,7 @@ def test_the_workers_default_window_fits_the_tenants_free_slots():
 
     transport = SwitchTransport(switch="127.0.0.1:47100", ps="127.0.0.1:47101")
     deployment = Deployment(64, 128, ("127.0.0.1", 1), ("127.0.0.1", 2))
-    assert transport._default_window(deployment) == 64
-    for free, window in ((None, 64), (100, 64), (12, 8), (8, 8), (0, 1)):  # a power of two: a static partition holds it
+    assert transport._default_window(deployment) == 128  # the whole pool
+    assert transport._default_window(Deployment(64, 4096, ("127.0.0.1", 1), ("127.0.0.1", 2))) == 1024  # at most 1024
+    for free, window in ((None, 128), (100, 64), (12, 8), (8, 8), (0, 1)):  # a power of two: a static partition holds it
         assert transport._default_window(Deployment(64, 128, ("127.0.0.1", 1), ("127.0.0.1", 2), slots_free=free)) == window

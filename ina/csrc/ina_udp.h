@@ -40,7 +40,8 @@
 
 #define INA_MAX_DATAGRAM 65536 /* larger than any UDP payload or GRO run: nothing is truncated */
 #define INA_MAX_PAYLOAD 65507  /* the most one UDP message (a whole GSO run) may carry */
-#define INA_MAX_SEGMENTS 64    /* UDP_MAX_SEGMENTS of older kernels */
+#define INA_MAX_SEGMENTS 128   /* UDP_MAX_SEGMENTS of newer kernels (6.18 here); GRO hands over as many */
+#define INA_OLD_MAX_SEGMENTS 64 /* UDP_MAX_SEGMENTS of older kernels: tried when they refuse more */
 #define INA_CONTROL_SPACE CMSG_SPACE(sizeof(int))
 
 /* An IPv4 peer, both fields in host order. */
@@ -158,7 +159,8 @@ typedef struct {
     size_t *offset;
     uint32_t *length;
     ina_addr *destination;
-    int gso; /* 1: group runs into GSO messages; cleared when the path cannot segment */
+    int gso;           /* 1: group runs into GSO messages; cleared when the path cannot segment */
+    unsigned segments; /* the most datagrams per GSO message, lowered when the kernel refuses as many */
     /* scratch for ina_tx_flush */
     size_t *order;
     uint32_t *group;
@@ -166,7 +168,7 @@ typedef struct {
 
 static inline void ina_tx_init(ina_tx *tx, int gso) {
     memset(tx, 0, sizeof *tx);
-    tx->gso = gso;
+    tx->gso = gso, tx->segments = INA_MAX_SEGMENTS;
 }
 
 static inline void ina_tx_free(ina_tx *tx) {
@@ -259,7 +261,7 @@ static inline size_t ina_tx_send_plain(ina_tx *tx, int fd, size_t from) {
 /* Send every queued datagram (blocking while the socket buffer is full) and empty the queue:
  * the number the kernel refused (for example, no route), or -1 when out of memory. */
 static inline long ina_tx_flush(ina_tx *tx, int fd) {
-    enum { BATCH = 64 };
+    enum { BATCH = 32 };
     if (tx->count == 0) return 0;
     if (ina_tx_order(tx) < 0) return -1;
     size_t refused = 0, k = 0;
@@ -274,7 +276,7 @@ static inline long ina_tx_flush(ina_tx *tx, int fd) {
             size_t i = tx->order[k];
             uint32_t size = tx->length[i];
             size_t cap = tx->gso && size ? INA_MAX_PAYLOAD / size : 1;
-            if (cap > INA_MAX_SEGMENTS) cap = INA_MAX_SEGMENTS;
+            if (cap > tx->segments) cap = tx->segments;
             if (cap < 1) cap = 1;
             struct mmsghdr *h = &headers[messages];
             memset(h, 0, sizeof *h);
@@ -306,6 +308,12 @@ static inline long ina_tx_flush(ina_tx *tx, int fd) {
             int done = sendmmsg(fd, headers + sent, messages - sent, 0);
             if (done < 0) {
                 if (errno == EINTR) continue;
+                if (headers[sent].msg_hdr.msg_iovlen > INA_OLD_MAX_SEGMENTS && errno == EINVAL &&
+                    tx->segments > INA_OLD_MAX_SEGMENTS) {
+                    tx->segments = INA_OLD_MAX_SEGMENTS; /* an older kernel: cut the rest into smaller runs */
+                    k = first[sent];
+                    break;
+                }
                 if (headers[sent].msg_hdr.msg_iovlen > 1 &&
                     (errno == EINVAL || errno == EIO || errno == ENOPROTOOPT || errno == EMSGSIZE)) {
                     tx->gso = 0; /* this path cannot segment: the rest one datagram at a time */
