@@ -19,12 +19,12 @@ import socket
 import threading
 import warnings
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from ina.net.frames import Frames
-from ina.net.node import Address
+from ina.net.node import Address, Datagram
 from ina.net.udp import open_socket
 
 DISABLE = "INA_NATIVE_PACKETS"
@@ -58,8 +58,8 @@ def load_native(module: str, what: str) -> ModuleType | None:
         return None
 
 
-def _ip(host: str) -> int:
-    """A numeric IPv4 address as an integer (names resolved, as `BatchSocket` does)."""
+def ipv4(host: str) -> int:
+    """A host's IPv4 address as an integer, as native cores name peers (names resolved, as `BatchSocket` does)."""
     try:
         return int(ipaddress.IPv4Address(host))
     except ValueError:
@@ -68,7 +68,7 @@ def _ip(host: str) -> int:
 
 def to_native(frames: Frames) -> NativeFrames:
     """The buffers a native core's `receive` takes (every datagram's peer spelled out)."""
-    ips = np.array([_ip(host) for host, _ in frames.addresses], dtype=np.uint32)
+    ips = np.array([ipv4(host) for host, _ in frames.addresses], dtype=np.uint32)
     ports = np.array([port for _, port in frames.addresses], dtype=np.uint16)
     peer = frames.peer.astype(np.intp)
     return (
@@ -88,6 +88,37 @@ def from_native(native: NativeFrames) -> Frames:
     addresses = [(str(ipaddress.IPv4Address(int(key) >> 16)), int(key) & 0xFFFF) for key in unique.tolist()]
     return Frames(np.frombuffer(data, dtype=np.uint8), np.frombuffer(start, dtype=np.int64),
                   np.frombuffer(length, dtype=np.int64), peer.astype(np.int64), addresses)  # fmt: skip
+
+
+class NativeNode:
+    """A native core (the extension object in `_core`) as a `Node` and `FrameNode` for packets and as the
+    `NativeCore` that `NativeRunner` serves: what the native PS and switch share."""
+
+    _core: Any
+
+    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
+        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
+
+    def receive_frames(self, frames: Frames, now: float) -> Frames:
+        return from_native(self._core.receive(*to_native(frames), now)) if len(frames) else Frames.empty()
+
+    def tick(self, now: float) -> list[Datagram]:
+        return self.tick_frames(now).datagrams()
+
+    def tick_frames(self, now: float) -> Frames:
+        return from_native(self._core.tick(now))
+
+    def next_deadline(self) -> float | None:
+        return self._core.next_deadline()
+
+    def serve(self, fd: int) -> None:
+        self._core.serve(fd)
+
+    def stop(self) -> None:
+        self._core.stop()
+
+    def refused(self) -> int:
+        return self._core.refused()
 
 
 class NativeRunner:

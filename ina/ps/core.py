@@ -21,7 +21,7 @@ from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
 from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
-from ina.ps.limits import MAX_WORDS, admit, check_options
+from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
 _RESEND = int(Flag.RESEND)
@@ -108,14 +108,7 @@ class ParameterServer:
     # --- ControlTarget ----------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "words": self.words,
-            "max_words": self.max_words,
-            "flush_delay": self.flush_delay,
-            "piece_timeout": self.piece_timeout,
-            "result_retention": self.result_retention,
-        }
+        return describe(self)
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
         """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""

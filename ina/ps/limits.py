@@ -8,6 +8,7 @@ packets each fit one UDP datagram.
 from __future__ import annotations
 
 from collections.abc import Container
+from typing import Any
 
 from ina.control import JobSpec
 from ina.control.jobs import MAX_DATAGRAM, MAX_WORDS
@@ -62,3 +63,15 @@ def admit(spec: JobSpec, registered: Container[int], words: int, max_words: int,
     if spec.job in registered:
         raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
     return spec, who.name, job_words(spec, words, max_words), max(4 * spec.window, retention)
+
+
+def describe(ps: Any) -> dict[str, Any]:
+    """A PS's answer to the control API's config request: the same fields on both paths."""
+    return {
+        "role": ps.role,
+        "words": ps.words,
+        "max_words": ps.max_words,
+        "flush_delay": ps.flush_delay,
+        "piece_timeout": ps.piece_timeout,
+        "result_retention": ps.result_retention,
+    }

@@ -9,10 +9,7 @@ the Python reference otherwise.
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import threading
-from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -20,11 +17,9 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
-from ina.net.frames import Frames
-from ina.net.native import from_native, load_native, to_native
-from ina.net.node import Datagram
+from ina.net.native import NativeNode, ipv4, load_native
 from ina.ps.core import COUNTERS, ParameterServer
-from ina.ps.limits import MAX_WORDS, admit, check_options
+from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
 MODULE, WHAT = "ina.ps._native", "parameter server"
 PATHS = ("python", "native")
@@ -49,16 +44,7 @@ def ps_core(words: int, path: str | None = None, messages: int = 64, **options: 
     return NativeParameterServer(words, messages=messages, module=module, **options)
 
 
-def _peer(host: str, port: int) -> tuple[int, int]:
-    """An address as the C core compares it: IPv4 and port as integers (names resolved, as PSServer does)."""
-    try:
-        ip = ipaddress.IPv4Address(host)
-    except ValueError:
-        ip = ipaddress.IPv4Address(socket.gethostbyname(host))
-    return int(ip), port
-
-
-class NativeParameterServer:
+class NativeParameterServer(NativeNode):
     """`ParameterServer` with the C data plane: a `Node` and `FrameNode` for packets, a `ControlTarget`
     for its jobs, and the `NativeCore` that `NativeRunner` serves. Thread-safe."""
 
@@ -83,52 +69,17 @@ class NativeParameterServer:
         """The registered jobs as the control plane admitted them: spec, owner, ring."""
         self._lock = threading.Lock()  # the Python table; the C core has a lock of its own
 
-    # --- Node and FrameNode -----------------------------------------------------------
-
-    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
-
-    def receive_frames(self, frames: Frames, now: float) -> Frames:
-        return from_native(self._core.receive(*to_native(frames), now))
-
-    def tick(self, now: float) -> list[Datagram]:
-        return self.tick_frames(now).datagrams()
-
-    def tick_frames(self, now: float) -> Frames:
-        return from_native(self._core.tick(now))
-
-    def next_deadline(self) -> float | None:
-        return self._core.next_deadline()
-
-    # --- NativeCore, for NativeRunner -------------------------------------------------
-
-    def serve(self, fd: int) -> None:
-        self._core.serve(fd)
-
-    def stop(self) -> None:
-        self._core.stop()
-
-    def refused(self) -> int:
-        return self._core.refused()
-
     # --- ControlTarget ----------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        return {
-            "role": self.role,
-            "words": self.words,
-            "max_words": self.max_words,
-            "flush_delay": self.flush_delay,
-            "piece_timeout": self.piece_timeout,
-            "result_retention": self.result_retention,
-        }
+        return describe(self)
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
         """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""
         with self._lock:
             spec, owner, words, ring = admit(spec, self._jobs, self.words, self.max_words, self.result_retention)
-            workers = np.array([_peer(w.host, w.port) for w in spec.workers], dtype=np.uint32).tobytes()
-            switch = None if spec.switch is None else _peer(spec.switch.host, spec.switch.port)
+            workers = np.array([(ipv4(w.host), w.port) for w in spec.workers], dtype=np.uint32).tobytes()
+            switch = None if spec.switch is None else (ipv4(spec.switch.host), spec.switch.port)
             table = np.asarray(spec.table, dtype=np.uint32).tobytes()
             self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table)
             self._jobs[spec.job] = (spec, owner, ring)

@@ -9,17 +9,14 @@ quotas), which pushes what the data plane needs of each job into the C core on e
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ina.control import JobSpec
-from ina.net.frames import Frames
-from ina.net.native import from_native, load_native, to_native
-from ina.net.node import Datagram
+from ina.net.native import NativeNode, ipv4, load_native
 from ina.protocol import MAX_WORKERS
 from ina.switch.config import POLICIES, SwitchConfig
 from ina.switch.core import COUNTERS, SwitchCore
@@ -45,11 +42,7 @@ def switch_core(config: SwitchConfig, path: str | None = None, messages: int = 6
     return NativeSwitchCore(config, module, messages) if module is not None else SwitchCore(config)
 
 
-def _ip(host: str) -> int:
-    return int(ipaddress.IPv4Address(host))  # registrations hold numeric IPv4 addresses (Jobs checks it)
-
-
-class NativeSwitchCore:
+class NativeSwitchCore(NativeNode):
     """`SwitchCore` with the C data plane: a `Node` and `FrameNode` for packets, a `ControlTarget`
     for its job table, and the `NativeCore` that `NativeRunner` serves. Thread-safe."""
 
@@ -61,7 +54,7 @@ class NativeSwitchCore:
             raise ImportError(f"{MODULE} counts {module.COUNTERS}, the Python switch {COUNTERS}: rebuild it")
         self.settings = config
         self.table = Jobs(config.pool, config.policy)
-        self._native = module.Switch(config.pool, config.words, POLICIES.index(config.policy), config.slot_timeout, messages)
+        self._core = module.Switch(config.pool, config.words, POLICIES.index(config.policy), config.slot_timeout, messages)
         self._job_words = module.JOB_WORDS
         self._lock = threading.Lock()  # the Python table; the C core has a lock of its own
 
@@ -88,7 +81,7 @@ class NativeSwitchCore:
             return [entry.to_json() for entry in self.table.entries.values()]
 
     def counters(self) -> dict[str, int]:
-        return dict(zip(COUNTERS, self._native.counters()))
+        return dict(zip(COUNTERS, self._core.counters()))
 
     def _push(self, forget: int = -1) -> None:
         """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS and workers."""
@@ -97,18 +90,18 @@ class NativeSwitchCore:
             spec = entry.spec
             assert spec.ps is not None  # Jobs refuses a switch job without one
             row[:8] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
-                       spec.priority_cap, _ip(spec.ps.host), spec.ps.port)  # fmt: skip
-            peers = np.array([(_ip(w.host), w.port) for w in spec.workers], dtype=np.uint32).reshape(-1)
+                       spec.priority_cap, ipv4(spec.ps.host), spec.ps.port)  # fmt: skip
+            peers = np.array([(ipv4(w.host), w.port) for w in spec.workers], dtype=np.uint32).reshape(-1)
             row[8 : 8 + peers.size] = peers
         assert rows.shape[1] == 8 + 2 * MAX_WORKERS
-        self._native.set_jobs(rows.tobytes(), forget)
+        self._core.set_jobs(rows.tobytes(), forget)
 
     # -- data plane ----------------------------------------------------------------------
 
     @property
     def slots(self) -> Slots:
         """A copy of the slot registers, as the Python core holds them (tests, test vectors)."""
-        key, prio, bitmap, value, redirect, touched = self._native.registers()
+        key, prio, bitmap, value, redirect, touched = self._core.registers()
         slots = Slots(self.settings.pool, self.settings.words)
         slots.key[:] = np.frombuffer(key, dtype=np.uint64)
         slots.prio[:] = np.frombuffer(prio, dtype=np.uint32)
@@ -117,30 +110,3 @@ class NativeSwitchCore:
         slots.redirect[:] = np.frombuffer(redirect, dtype=np.uint64)
         slots.touched[:] = np.frombuffer(touched, dtype=np.float64)
         return slots
-
-    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
-
-    def receive_frames(self, frames: Frames, now: float) -> Frames:
-        return from_native(self._native.receive(*to_native(frames), now)) if len(frames) else Frames.empty()
-
-    def tick(self, now: float) -> list[Datagram]:
-        """Idle sweep: flush every partial untouched for `slot_timeout` to its PS."""
-        return self.tick_frames(now).datagrams()
-
-    def tick_frames(self, now: float) -> Frames:
-        return from_native(self._native.tick(now))
-
-    def next_deadline(self) -> float | None:
-        return self._native.next_deadline()
-
-    # -- NativeCore (ina.net.native.NativeRunner) --------------------------------------------
-
-    def serve(self, fd: int) -> None:
-        self._native.serve(fd)
-
-    def stop(self) -> None:
-        self._native.stop()
-
-    def refused(self) -> int:
-        return self._native.refused()

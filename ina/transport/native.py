@@ -58,6 +58,19 @@ def runs_natively(policy: PriorityPolicy | None) -> bool:
     return True
 
 
+def new_core(config: EngineConfig, policy: PriorityPolicy | None, peer: Any, *, served: bool) -> tuple[PriorityPolicy, Any]:
+    """The policy (None: a fresh IntensityPriority) and a `_native.Engine` for `config` running it; `peer(address)`
+    is an address's (ip, port). RuntimeError where the core is not built, ValueError for a policy it cannot run."""
+    module = native_module()
+    if module is None:
+        raise RuntimeError("the native worker engine is not built (or INA_NATIVE_PACKETS=0)")
+    policy = policy if policy is not None else IntensityPriority()
+    arguments = native_policy(policy)
+    if arguments is None:
+        raise ValueError(f"the native engine runs FixedPriority and IntensityPriority, not {type(policy).__name__}")
+    return policy, module.Engine(**core_arguments(config, arguments, peer, served=served))
+
+
 def core_arguments(config: EngineConfig, policy: dict[str, Any], peer: Any, *, served: bool) -> dict[str, Any]:
     """The keyword arguments of `_native.Engine` for `config`; `peer(address)` is an address's (ip, port)."""
     others = config.sources - {config.destination}
@@ -138,16 +151,9 @@ class NativeEngine:
     """
 
     def __init__(self, config: EngineConfig, policy: PriorityPolicy | None = None) -> None:
-        module = native_module()
-        if module is None:
-            raise RuntimeError("the native worker engine is not built (or INA_NATIVE_PACKETS=0)")
         self.config = config
-        self.policy: PriorityPolicy = policy if policy is not None else IntensityPriority()
-        arguments = native_policy(self.policy)
-        if arguments is None:
-            raise ValueError(f"the native engine runs FixedPriority and IntensityPriority, not {type(self.policy).__name__}")
         self._book = _AddressBook()
-        self._core = module.Engine(**core_arguments(config, arguments, self._book.peer, served=False))
+        self.policy, self._core = new_core(config, policy, self._book.peer, served=False)
         self._error: TransportError | None = None
 
     def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0,

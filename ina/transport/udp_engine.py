@@ -22,14 +22,13 @@ from typing import Literal, NamedTuple, Sequence
 import numpy as np
 
 from ina.net.frames import Frames
-from ina.net.native import NativeRunner
-from ina.net.native import _ip as host_ip  # the runner's own resolution of a host to its IPv4 integer
+from ina.net.native import NativeRunner, ipv4
 from ina.net.node import Datagram
 from ina.net.udp import UdpRunner
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.errors import TransportError
-from ina.transport.native import core_arguments, engine_error, native_module, native_policy, new_reduction, runs_natively
-from ina.transport.priority import IntensityPriority, PriorityPolicy
+from ina.transport.native import engine_error, new_core, new_reduction, runs_natively
+from ina.transport.priority import PriorityPolicy
 
 
 class _Submission(NamedTuple):
@@ -133,9 +132,7 @@ class UdpEngine:
         try:
             self.runner.serve_forever()
         except BaseException as error:  # noqa: BLE001 - reported through every future
-            failure = TransportError(f"the transport's packet loop failed: {error!r}")
-            failure.__cause__ = error
-            self._fail(failure)
+            self._fail(_loop_failure(error))
         self._fail(TransportError("the transport is closed"))
 
     def _fail(self, error: BaseException) -> None:
@@ -160,15 +157,8 @@ class NativeUdpEngine:
     """
 
     def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> None:
-        module = native_module()
-        if module is None:
-            raise RuntimeError("the native worker engine is not built (or INA_NATIVE_PACKETS=0)")
         self.config = config
-        self.policy: PriorityPolicy = policy if policy is not None else IntensityPriority()
-        arguments = native_policy(self.policy)
-        if arguments is None:
-            raise ValueError(f"the native engine runs FixedPriority and IntensityPriority, not {type(self.policy).__name__}")
-        self.core = module.Engine(**core_arguments(config, arguments, _peer, served=True))
+        self.policy, self.core = new_core(config, policy, _peer, served=True)
         self.runner = NativeRunner(self.core, sock)
         self._lock = threading.Lock()
         self._pending: dict[int, Future] = {}  # by handle
@@ -225,9 +215,7 @@ class NativeUdpEngine:
         try:
             self.runner.serve_forever()
         except BaseException as error:  # noqa: BLE001 - reported through every future
-            failure = TransportError(f"the transport's packet loop failed: {error!r}")
-            failure.__cause__ = error
-            self._fail(failure)
+            self._fail(_loop_failure(error))
         self._closing = True
         self.core.stop()
 
@@ -267,7 +255,14 @@ def serve_engine(config: EngineConfig, sock: socket.socket, policy: PriorityPoli
     return NativeUdpEngine(config, sock, policy) if runs_natively(policy) else UdpEngine(config, sock, policy)
 
 
+def _loop_failure(error: BaseException) -> TransportError:
+    """What every unfinished reduction fails with when the packet loop itself broke."""
+    failure = TransportError(f"the transport's packet loop failed: {error!r}")
+    failure.__cause__ = error
+    return failure
+
+
 def _peer(address: tuple[str, int]) -> tuple[int, int]:
     """An (IPv4 as an integer, port) pair, as the native core names peers."""
     host, port = address
-    return host_ip(host), port
+    return ipv4(host), port
