@@ -145,6 +145,37 @@ static inline PyObject *ina_py_stop(ina_loop *loop) {
     Py_RETURN_NONE;
 }
 
+/* A new module holding `type` as `type_name` and, where `names` is given, the tuple of its `count`
+ * counter names as COUNTERS (what the Python wrapper checks against the reference's): the whole
+ * module init of a native core. NULL with the Python error set on failure. */
+static inline PyObject *ina_py_module(PyModuleDef *definition, PyTypeObject *type, const char *type_name,
+                                      const char *const *names, int count) {
+    if (PyType_Ready(type) < 0) return NULL;
+    PyObject *module = PyModule_Create(definition);
+    if (!module) return NULL;
+    if (PyModule_AddObjectRef(module, type_name, (PyObject *)type) < 0) goto fail;
+    if (names) {
+        PyObject *tuple = PyTuple_New(count);
+        if (!tuple) goto fail;
+        for (int i = 0; i < count; i++) {
+            PyObject *name = PyUnicode_FromString(names[i]);
+            if (!name) {
+                Py_DECREF(tuple);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(tuple, i, name);
+        }
+        if (PyModule_AddObject(module, "COUNTERS", tuple) < 0) {
+            Py_DECREF(tuple);
+            goto fail;
+        }
+    }
+    return module;
+fail:
+    Py_DECREF(module);
+    return NULL;
+}
+
 /* Datagrams the kernel refused to send since the core was made (Python `refused()`). */
 static inline PyObject *ina_py_refused(ina_loop *loop) {
     ina_py_lock(loop);

@@ -947,16 +947,4 @@ static PyTypeObject PSType = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ina.ps._native", "The parameter server's data plane in C.", -1, NULL};
 
-PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&PSType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (!m) return NULL;
-    PyObject *names = PyTuple_New(C_COUNT);
-    for (int i = 0; names && i < C_COUNT; i++) PyTuple_SET_ITEM(names, i, PyUnicode_FromString(counter_names[i]));
-    if (!names || PyModule_AddObject(m, "COUNTERS", names) < 0 || PyModule_AddObjectRef(m, "ParameterServer", (PyObject *)&PSType) < 0) {
-        Py_XDECREF(names);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+PyMODINIT_FUNC PyInit__native(void) { return ina_py_module(&module, &PSType, "ParameterServer", counter_names, C_COUNT); }

@@ -455,21 +455,7 @@ static PyTypeObject SwitchType = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ina.switch._native", "The software switch's native data plane.", -1, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&SwitchType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (!m) return NULL;
-    PyObject *names = PyTuple_New(C_COUNT);
-    for (int i = 0; names && i < C_COUNT; i++) {
-        PyObject *name = PyUnicode_FromString(counter_names[i]);
-        if (!name) Py_CLEAR(names);
-        else PyTuple_SET_ITEM(names, i, name);
-    }
-    Py_INCREF(&SwitchType);
-    if (!names || PyModule_AddObject(m, "COUNTERS", names) < 0 || PyModule_AddObject(m, "Switch", (PyObject *)&SwitchType) < 0 ||
-        PyModule_AddIntConstant(m, "JOB_WORDS", JOB_WORDS) < 0) {
-        Py_XDECREF(names);
-        Py_DECREF(m);
-        return NULL;
-    }
+    PyObject *m = ina_py_module(&module, &SwitchType, "Switch", counter_names, C_COUNT);
+    if (m && PyModule_AddIntConstant(m, "JOB_WORDS", JOB_WORDS) < 0) Py_CLEAR(m);
     return m;
 }

@@ -688,15 +688,4 @@ static PyTypeObject EngineType = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ina.transport._native", "The native worker engine.", -1, NULL};
 
-PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&EngineType) < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (!m) return NULL;
-    Py_INCREF(&EngineType);
-    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
-        Py_DECREF(&EngineType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
-}
+PyMODINIT_FUNC PyInit__native(void) { return ina_py_module(&module, &EngineType, "Engine", NULL, 0); }
