@@ -168,7 +168,7 @@ def test_every_hostile_packet_is_counted_as_the_python_switch_counts_it_and_chan
 
 def test_a_native_frame_that_lies_outside_its_buffer_is_refused_not_read():
     rig = make_rig("esa", "native")
-    native = rig.core._native
+    native = rig.core._core
     data = rig.data(1, 0, 0).data
     start, length = np.array([0], np.int64), np.array([len(data) + 1], np.int64)
     with pytest.raises(ValueError, match="outside the buffer"):
