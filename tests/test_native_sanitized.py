@@ -8,6 +8,7 @@ It takes a few minutes; docs/native.md gives the same steps by hand.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -45,6 +46,13 @@ def _copy_tree(destination: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
     (destination / "ina" / "compression").symlink_to(destination / "compression")  # the package-dir mapping
+
+
+@pytest.mark.skipif(not os.environ.get("INA_REQUIRE_NATIVE"), reason="INA_REQUIRE_NATIVE is not set (CI sets it)")
+@pytest.mark.parametrize("module", ["ina.switch._native", "ina.ps._native", "ina.transport._native"])
+def test_every_native_packet_core_is_built_where_required(module: str) -> None:
+    """Without a build the native tests skip; where a compiler is known to exist (CI), that is a failure."""
+    importlib.import_module(module)
 
 
 @pytest.mark.skipif(None in RUNTIMES, reason="needs gcc with its ASan and UBSan runtimes (libasan.so, libubsan.so)")
