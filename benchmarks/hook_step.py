@@ -7,10 +7,11 @@
 One worker (world size 1; gloo on CPU, NCCL on CUDA) trains two copies of the same model, one
 with DDP's built-in allreduce and one with ``thc_hook`` (compressing from the first step), on
 the same batch. A step times ``loss.backward()``, which returns once every bucket's hook has
-finished; the two models take turns step by step, so load from elsewhere on the machine slows
-both. The table shows the median over ``--steps`` after ``--warmup`` steps, and the ratio
-"added backward time / allreduce backward time": what THC costs a worker beyond the plain
-reduction. With one worker the reductions move no data, so this is the codec's own cost.
+finished; the two models take turns step by step (which goes first alternates), so load from
+elsewhere on the machine slows both. The table shows the median over ``--steps`` after
+``--warmup`` steps, and the ratio "added backward time / allreduce backward time": what THC
+costs a worker beyond the plain reduction. With one worker the reductions move no data, so this
+is the codec's own cost.
 """
 from __future__ import annotations
 
@@ -54,6 +55,28 @@ def backward_seconds(model: DistributedDataParallel, batch: torch.Tensor, sync: 
     return time.perf_counter() - start
 
 
+def measure(models: dict[str, DistributedDataParallel], batch: torch.Tensor, sync: Callable[[], None], warmup: int,
+            steps: int) -> dict[str, list[float]]:  # fmt: skip
+    """Each model's backward seconds per timed step; the models take turns, first one then the other."""
+    seconds: dict[str, list[float]] = {name: [] for name in models}
+    for step in range(warmup + steps):
+        turns = list(models.items())
+        for name, model in turns if step % 2 else reversed(turns):
+            elapsed = backward_seconds(model, batch, sync)
+            if step >= warmup:
+                seconds[name].append(elapsed)
+    return seconds
+
+
+def report(seconds: dict[str, list[float]]) -> None:
+    print(f"{'hook':>10} {'backward ms':>12} {'added ms':>9} {'added / allreduce':>18}")
+    base = statistics.median(seconds["allreduce"])
+    for name, times in seconds.items():
+        median = statistics.median(times)
+        added = "" if name == "allreduce" else f"{(median - base) * 1e3:9.1f} {(median - base) / base:17.2f}x"
+        print(f"{name:>10} {median * 1e3:12.1f} {added}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:index]")
@@ -73,25 +96,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         models = {name: ddp(build_model(args.features, args.layers, device), device, name == "thc")
                   for name in ("allreduce", "thc")}  # fmt: skip
-        batch = torch.randn(args.batch, args.features, device=device, generator=None)
-        seconds: dict[str, list[float]] = {name: [] for name in models}
-        for step in range(args.warmup + args.steps):
-            for name, model in models.items():
-                elapsed = backward_seconds(model, batch, sync)
-                if step >= args.warmup:
-                    seconds[name].append(elapsed)
+        batch = torch.randn(args.batch, args.features, device=device)
+        seconds = measure(models, batch, sync, args.warmup, args.steps)
     finally:
         dist.destroy_process_group()
     parameters = sum(p.numel() for p in models["thc"].parameters())
     where = f"{device.type} ({backend})" + (f", {torch.get_num_threads()} threads" if device.type == "cpu" else "")
     print(f"{args.layers} x Linear({args.features}, {args.features}): {parameters / 1e6:.1f}M parameters, "
           f"batch {args.batch}, {where}; median of {args.steps} steps")  # fmt: skip
-    print(f"{'hook':>10} {'backward ms':>12} {'added ms':>9} {'added / allreduce':>18}")
-    base = statistics.median(seconds["allreduce"])
-    for name, times in seconds.items():
-        median = statistics.median(times)
-        added = "" if name == "allreduce" else f"{(median - base) * 1e3:9.1f} {(median - base) / base:17.2f}x"
-        print(f"{name:>10} {median * 1e3:12.1f} {added}")
+    report(seconds)
 
 
 if __name__ == "__main__":
