@@ -4,8 +4,11 @@
  * A reduction's uint32 words are read in place from the submitted array and cut into K-word DATA
  * chunks as the window lets them go (no packet matrix built up front); RESULT sums are written
  * straight into the output array Python allocated at submit. At most W chunks are outstanding (a
- * ring of W entries); timers sit in a min-heap of (deadline, seq) with lazy deletion, as in the
- * reference, so resends go out in the same order. The newest 2W RESULTs are kept to answer the
+ * ring of W entries). Timers sit in a min-heap by deadline with lazy deletion, as in the
+ * reference, but one entry stands for a run of chunks armed together with one deadline (a pump's
+ * chunks), so the heap holds a few entries per round trip rather than one per chunk; the chunks
+ * due are sorted by (deadline, seq) before anything is done with them, so resends go out in the
+ * reference's order. The newest 2W RESULTs are kept to answer the
  * PS's FETCH. The priority policies IntensityPriority and FixedPriority are computed here with
  * the reference's arithmetic.
  *
@@ -46,9 +49,10 @@ typedef struct {
     int live;
 } chunk;
 
+/* Chunks seq .. end - 1 armed with `deadline`: those still outstanding with that deadline are live. */
 typedef struct {
     double deadline;
-    uint64_t seq;
+    uint64_t seq, end;
 } timer;
 
 typedef struct {
@@ -85,7 +89,7 @@ typedef struct {
     chunk *outstanding; /* `window` entries, chunk seq at seq % window */
     timer *timers;
     size_t timers_count, timers_capacity;
-    uint64_t *due; /* scratch for tick: `window` entries */
+    timer *due; /* scratch for tick: `window` chunks, each as a timer of its own */
     kept_result *results; /* 2 * window entries, result seq at seq % (2 * window) */
     uint64_t newest_result;
     uint64_t counters[C_COUNT];
@@ -153,12 +157,19 @@ static chunk *outstanding(Engine *e, uint64_t seq) {
     return c->live && c->seq == seq ? c : NULL;
 }
 
-static int timer_before(timer a, timer b) { return a.deadline < b.deadline || (a.deadline == b.deadline && a.seq < b.seq); }
+static int timer_before(timer a, timer b) { return a.deadline < b.deadline; }
 
-/* Whether `t` is the live timer of an outstanding chunk. */
-static int timer_live(Engine *e, timer t) {
-    chunk *c = outstanding(e, t.seq);
-    return c && c->deadline == t.deadline;
+/* Whether chunk `seq` is outstanding with its timer at `deadline`. */
+static int armed(Engine *e, uint64_t seq, double deadline) {
+    chunk *c = outstanding(e, seq);
+    return c && c->deadline == deadline;
+}
+
+/* Skip the chunks of `t` completed or re-armed since: whether any is left (its deadline, the heap's
+ * key, does not change). */
+static int timer_live(Engine *e, timer *t) {
+    while (t->seq < t->end && !armed(e, t->seq, t->deadline)) t->seq++;
+    return t->seq < t->end;
 }
 
 static void sift_down(timer *heap, size_t n, size_t i) {
@@ -174,17 +185,17 @@ static void sift_down(timer *heap, size_t n, size_t i) {
     heap[i] = moving;
 }
 
-/* Arm a timer. The heap holds every outstanding chunk's live timer (at most W) and stale ones of
- * chunks completed or re-armed since; when it is full the stale ones go, so it never grows. */
-static void push_timer(Engine *e, double deadline, uint64_t seq) {
+/* Arm chunks seq .. end - 1 with one timer. The heap holds every outstanding chunk's live timer (at
+ * most W entries) and stale ones; when it is full the stale ones go, so it never grows. */
+static void push_timer(Engine *e, double deadline, uint64_t seq, uint64_t end) {
     if (e->timers_count == e->timers_capacity) {
         size_t live = 0;
         for (size_t i = 0; i < e->timers_count; i++)
-            if (timer_live(e, e->timers[i])) e->timers[live++] = e->timers[i];
+            if (timer_live(e, &e->timers[i])) e->timers[live++] = e->timers[i];
         e->timers_count = live;
         for (size_t i = live / 2; i-- > 0;) sift_down(e->timers, live, i);
     }
-    timer t = {deadline, seq};
+    timer t = {deadline, seq, end};
     size_t i = e->timers_count++;
     while (i > 0 && timer_before(t, e->timers[(i - 1) / 2])) {
         e->timers[i] = e->timers[(i - 1) / 2];
@@ -243,8 +254,8 @@ static void pump(void *self, double now, ina_tx *tx) {
             uint64_t seq = r->first_seq + index;
             send_data(e, tx, r, (uint32_t)index, prio, 0);
             e->outstanding[seq % e->window] = (chunk){seq, r->handle, (uint32_t)index, 0, now, deadline, -1, 1};
-            push_timer(e, deadline, seq);
         }
+        push_timer(e, deadline, r->first_seq + begin, r->first_seq + end);
         e->counters[C_SENT] += end - begin;
         e->next_send = r->first_seq + end;
         if (end == r->chunks) e->unsent_handle++;
@@ -264,26 +275,36 @@ static void tick(void *self, double now, ina_tx *tx) {
     Engine *e = self;
     if (e->failed) return;
     size_t due = 0;
-    while (e->timers_count && e->timers[0].deadline <= now) {
+    while (e->timers_count && e->timers[0].deadline <= now) { /* every armed chunk whose deadline passed */
         timer t = e->timers[0];
         pop_timer(e);
-        if (!timer_live(e, t)) continue;
-        chunk *c = outstanding(e, t.seq);
+        for (uint64_t seq = t.seq; seq < t.end; seq++)
+            if (armed(e, seq, t.deadline) && due < e->window) e->due[due++] = (timer){t.deadline, seq, seq + 1};
+    }
+    for (size_t i = 1; i < due; i++) { /* in the reference's (deadline, seq) order: nearly sorted already */
+        timer moving = e->due[i];
+        size_t j = i;
+        for (; j > 0 && (e->due[j - 1].deadline > moving.deadline ||
+                         (e->due[j - 1].deadline == moving.deadline && e->due[j - 1].seq > moving.seq)); j--)
+            e->due[j] = e->due[j - 1];
+        e->due[j] = moving;
+    }
+    for (size_t i = 0; i < due; i++) {
+        chunk *c = outstanding(e, e->due[i].seq);
         if (now >= c->first_sent + e->peer_timeout) {
             fail(e, c);
             return;
         }
         c->retries++;
         e->counters[C_RESENT]++;
-        if (due < e->window) e->due[due++] = t.seq; /* always: one live timer per outstanding chunk, at most W */
     }
     for (size_t i = 0; i < due; i++) {
-        chunk *c = outstanding(e, e->due[i]);
+        chunk *c = outstanding(e, e->due[i].seq);
         const reduction *r = reduction_of(e, c->handle);
         send_data(e, tx, r, c->index, priority(e, r->queued_at, now), 1);
         double next = now + backoff(e, c->retries), last = c->first_sent + e->peer_timeout;
         c->deadline = next < last ? next : last;
-        push_timer(e, c->deadline, c->seq);
+        push_timer(e, c->deadline, c->seq, c->seq + 1);
     }
     pump(self, now, tx);
 }
@@ -291,7 +312,7 @@ static void tick(void *self, double now, ina_tx *tx) {
 static double next_deadline(void *self) {
     Engine *e = self;
     if (e->failed) return INFINITY;
-    while (e->timers_count && !timer_live(e, e->timers[0])) pop_timer(e); /* completed or re-armed since */
+    while (e->timers_count && !timer_live(e, &e->timers[0])) pop_timer(e); /* completed or re-armed since */
     double due = e->timers_count ? e->timers[0].deadline : INFINITY;
     if (e->next_send < e->next_seq && e->next_send < e->oldest + e->window) {
         double queued = reduction_of(e, e->unsent_handle)->queued_at;
