@@ -286,7 +286,10 @@ INLINE void load_input(const tile_job *j, tile_t *tiles, size_t count) {
             size_t at = r * j->columns + t->c0;
             vf v;
             if (whole) {
-                if (r + PREFETCH_ROWS < j->block) __builtin_prefetch(j->x + at + ahead, 0, 2);
+                if (r + PREFETCH_ROWS < j->block) { /* both lines of a row that straddles two */
+                    __builtin_prefetch(j->x + at + ahead, 0, 2);
+                    __builtin_prefetch(j->x + at + ahead + LANES - 1, 0, 2);
+                }
                 v = load_vf(j->x + at);
             } else {
                 partial_row((float *)&v, j->x + at, at >= j->n ? 0 : j->n - at < t->width ? j->n - at : t->width);
@@ -305,7 +308,10 @@ INLINE void store_rows(const tile_job *j, const tile_t *tiles, size_t count) {
             vf v = flip(t->rows[r] * j->norm, sign_mask(j, t, r));
             size_t at = r * j->columns + t->c0;
             if (whole) {
-                if (r + PREFETCH_ROWS < j->block) __builtin_prefetch(j->out + at + ahead, 1, 3);
+                if (r + PREFETCH_ROWS < j->block) {
+                    __builtin_prefetch(j->out + at + ahead, 1, 3);
+                    __builtin_prefetch(j->out + at + ahead + LANES - 1, 1, 3);
+                }
                 memcpy(j->out + at, &v, sizeof v);
             } else {
                 for (size_t k = 0; k < t->width && at + k < j->length; k++) j->out[at + k] = v[k];
