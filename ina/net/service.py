@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from ina.control.auth import ALLOW_UNAUTHENTICATED, TENANTS, TOKEN, TOKEN_FILE, Access, read_token_file
 from ina.control.http import ControlServer
-from ina.control.policy import Policy
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
 
