@@ -427,7 +427,6 @@ static inline int ina_serve(ina_loop *loop, const ina_node *node, double slice) 
         int due = deadline <= now;
         if (due) node->tick(node->self, now, &loop->tx);
         int failed = ina_loop_flush(loop);
-        if (!due) deadline = node->next_deadline(node->self);
         pthread_mutex_unlock(&loop->lock);
         if (failed) return INA_SERVE_FAILED;
         if (now >= until) return INA_SERVE_AGAIN;
