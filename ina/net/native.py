@@ -19,7 +19,7 @@ import socket
 import threading
 import warnings
 from types import ModuleType
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -30,8 +30,8 @@ from ina.net.udp import open_socket
 DISABLE = "INA_NATIVE_PACKETS"
 """Set to 0 to run the Python references instead of the native cores everywhere."""
 
-NativeFrames = tuple[bytes, bytes, bytes, bytes, bytes]
-"""(data, start int64, length int64, ip uint32, port uint16), every integer in host order."""
+NativeFrames = tuple[Any, Any, Any, Any, Any]
+"""(data, start int64, length int64, ip uint32, port uint16) as bytes-like buffers, every integer in host order."""
 
 
 class NativeCore(Protocol):
@@ -66,28 +66,39 @@ def ipv4(host: str) -> int:
         return int(ipaddress.IPv4Address(socket.gethostbyname(host)))
 
 
-def to_native(frames: Frames) -> NativeFrames:
-    """The buffers a native core's `receive` takes (every datagram's peer spelled out)."""
-    ips = np.array([ipv4(host) for host, _ in frames.addresses], dtype=np.uint32)
-    ports = np.array([port for _, port in frames.addresses], dtype=np.uint16)
-    peer = frames.peer.astype(np.intp)
+def peer_of(address: Address) -> tuple[int, int]:
+    """An address as a native core names it: (IPv4 as an integer, port)."""
+    host, port = address
+    return ipv4(host), port
+
+
+def address_of(ip: int, port: int) -> Address:
+    """The inverse of `peer_of`: a dotted quad and a port."""
+    return str(ipaddress.IPv4Address(ip)), port
+
+
+def to_native(frames: Frames, peer: Callable[[Address], tuple[int, int]] = peer_of) -> NativeFrames:
+    """The buffers a native core's `receive` takes (every datagram's peer spelled out, as `peer` names it),
+    without copying the frames' own arrays when they are contiguous already."""
+    named = np.array([peer(address) for address in frames.addresses], dtype=np.int64).reshape(-1, 2)
+    peers = named[frames.peer] if len(frames) else np.zeros((0, 2), dtype=np.int64)
     return (
-        np.ascontiguousarray(frames.buffer, dtype=np.uint8).tobytes(),
-        np.ascontiguousarray(frames.start, dtype=np.int64).tobytes(),
-        np.ascontiguousarray(frames.length, dtype=np.int64).tobytes(),
-        (ips[peer] if len(frames) else np.zeros(0, np.uint32)).tobytes(),
-        (ports[peer] if len(frames) else np.zeros(0, np.uint16)).tobytes(),
+        np.ascontiguousarray(frames.buffer, dtype=np.uint8),
+        np.ascontiguousarray(frames.start, dtype=np.int64),
+        np.ascontiguousarray(frames.length, dtype=np.int64),
+        peers[:, 0].astype(np.uint32),
+        peers[:, 1].astype(np.uint16),
     )
 
 
-def from_native(native: NativeFrames) -> Frames:
-    """`Frames` of what a native core returned (addresses as dotted quads)."""
+def from_native(native: NativeFrames, address: Callable[[int, int], Address] = address_of) -> Frames:
+    """`Frames` of what a native core returned, its peers named back by `address(ip, port)`."""
     data, start, length, ip, port = native
     keys = np.frombuffer(ip, dtype=np.uint32).astype(np.int64) << 16 | np.frombuffer(port, dtype=np.uint16)
     unique, peer = np.unique(keys, return_inverse=True)
-    addresses = [(str(ipaddress.IPv4Address(int(key) >> 16)), int(key) & 0xFFFF) for key in unique.tolist()]
+    addresses = [address(int(key) >> 16, int(key) & 0xFFFF) for key in unique.tolist()]
     return Frames(np.frombuffer(data, dtype=np.uint8), np.frombuffer(start, dtype=np.int64),
-                  np.frombuffer(length, dtype=np.int64), peer.astype(np.int64), addresses)  # fmt: skip
+                  np.frombuffer(length, dtype=np.int64), peer.astype(np.int64).reshape(-1), addresses)  # fmt: skip
 
 
 class NativeNode:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
-from ina.net.native import NativeNode, ipv4, load_native
+from ina.net.native import NativeNode, load_native, peer_of
 from ina.ps.core import COUNTERS, ParameterServer
 from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
@@ -78,8 +78,8 @@ class NativeParameterServer(NativeNode):
         """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""
         with self._lock:
             spec, owner, words, ring = admit(spec, self._jobs, self.words, self.max_words, self.result_retention)
-            workers = np.array([(ipv4(w.host), w.port) for w in spec.workers], dtype=np.uint32).tobytes()
-            switch = None if spec.switch is None else (ipv4(spec.switch.host), spec.switch.port)
+            workers = np.array([peer_of(w.addr) for w in spec.workers], dtype=np.uint32).tobytes()
+            switch = None if spec.switch is None else peer_of(spec.switch.addr)
             table = np.asarray(spec.table, dtype=np.uint32).tobytes()
             self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table)
             self._jobs[spec.job] = (spec, owner, ring)

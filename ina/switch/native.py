@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ina.control import JobSpec
-from ina.net.native import NativeNode, ipv4, load_native
+from ina.net.native import NativeNode, load_native, peer_of
 from ina.protocol import MAX_WORKERS
 from ina.switch.config import POLICIES, SwitchConfig
 from ina.switch.core import COUNTERS, SwitchCore
@@ -90,8 +90,8 @@ class NativeSwitchCore(NativeNode):
             spec = entry.spec
             assert spec.ps is not None  # Jobs refuses a switch job without one
             row[:8] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
-                       spec.priority_cap, ipv4(spec.ps.host), spec.ps.port)  # fmt: skip
-            peers = np.array([(ipv4(w.host), w.port) for w in spec.workers], dtype=np.uint32).reshape(-1)
+                       spec.priority_cap, *peer_of(spec.ps.addr))  # fmt: skip
+            peers = np.array([peer_of(w.addr) for w in spec.workers], dtype=np.uint32).reshape(-1)
             row[8 : 8 + peers.size] = peers
         assert rows.shape[1] == 8 + 2 * MAX_WORKERS
         self._core.set_jobs(rows.tobytes(), forget)

@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple, Sequence
 import numpy as np
 
 from ina.net.frames import Frames
-from ina.net.native import load_native
+from ina.net.native import from_native, load_native, to_native
 from ina.net.node import Address, Datagram
 from ina.transport.chunks import result_length
 from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
@@ -122,24 +122,8 @@ class _AddressBook:
             self._addresses.append(tuple(address))
         return code, 0
 
-    def to_core(self, frames: Frames, now: float) -> tuple:
-        codes = np.array([self.peer(a)[0] for a in frames.addresses], dtype=np.uint32)
-        count = len(frames)
-        return (
-            np.ascontiguousarray(frames.buffer, dtype=np.uint8),
-            np.ascontiguousarray(frames.start, dtype=np.int64),
-            np.ascontiguousarray(frames.length, dtype=np.int64),
-            codes[frames.peer] if count else np.zeros(0, np.uint32),
-            np.zeros(count, dtype=np.uint16),
-            now,
-        )
-
-    def from_core(self, native: tuple[bytes, bytes, bytes, bytes, bytes]) -> Frames:
-        data, start, length, ip, _port = native
-        unique, peer = np.unique(np.frombuffer(ip, dtype=np.uint32), return_inverse=True)
-        return Frames(np.frombuffer(data, dtype=np.uint8), np.frombuffer(start, dtype=np.int64),
-                      np.frombuffer(length, dtype=np.int64), peer.astype(np.int64).reshape(-1),
-                      [self._addresses[code] for code in unique.tolist()])  # fmt: skip
+    def address(self, code: int, _port: int) -> Address:
+        return self._addresses[code]
 
 
 class NativeEngine:
@@ -194,10 +178,10 @@ class NativeEngine:
         return self.tick_frames(now).datagrams()
 
     def receive_frames(self, frames: Frames, now: float) -> Frames:
-        return self._book.from_core(self._core.receive(*self._book.to_core(frames, now)))
+        return from_native(self._core.receive(*to_native(frames, self._book.peer), now), self._book.address)
 
     def tick_frames(self, now: float) -> Frames:
-        return self._book.from_core(self._core.tick(now))
+        return from_native(self._core.tick(now), self._book.address)
 
     def next_deadline(self) -> float | None:
         return self._core.next_deadline()

@@ -22,7 +22,7 @@ from typing import Literal, NamedTuple, Sequence
 import numpy as np
 
 from ina.net.frames import Frames
-from ina.net.native import NativeRunner, ipv4
+from ina.net.native import NativeRunner, peer_of
 from ina.net.node import Datagram
 from ina.net.udp import UdpRunner
 from ina.transport.engine import Engine, EngineConfig
@@ -158,7 +158,7 @@ class NativeUdpEngine:
 
     def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> None:
         self.config = config
-        self.policy, self.core = new_core(config, policy, _peer, served=True)
+        self.policy, self.core = new_core(config, policy, peer_of, served=True)
         self.runner = NativeRunner(self.core, sock)
         self._lock = threading.Lock()
         self._pending: dict[int, Future] = {}  # by handle
@@ -261,8 +261,3 @@ def _loop_failure(error: BaseException) -> TransportError:
     failure.__cause__ = error
     return failure
 
-
-def _peer(address: tuple[str, int]) -> tuple[int, int]:
-    """An (IPv4 as an integer, port) pair, as the native core names peers."""
-    host, port = address
-    return ipv4(host), port
