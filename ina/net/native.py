@@ -30,6 +30,9 @@ from ina.net.udp import open_socket
 DISABLE = "INA_NATIVE_PACKETS"
 """Set to 0 to run the Python references instead of the native cores everywhere."""
 
+PATHS = ("python", "native")
+"""What a core may be asked to run on; None asks for the native one where it built."""
+
 NativeFrames = tuple[Any, Any, Any, Any, Any]
 """(data, start int64, length int64, ip uint32, port uint16) as bytes-like buffers, every integer in host order."""
 
@@ -56,6 +59,18 @@ def load_native(module: str, what: str) -> ModuleType | None:
         warnings.warn(f"ina: the native {what} is not built ({error}); using the much slower Python reference. "
                       "Reinstall with a C compiler present (pip install -e .) to build it.", RuntimeWarning, stacklevel=2)
         return None
+
+
+def native_on_path(path: str | None, module: str, what: str) -> ModuleType | None:
+    """The extension to run on `path`: none for "python", `module` for "native" (RuntimeError, saying how to
+    get it, where it is not available), and for None the native one where it built (`load_native`)."""
+    if path not in (None, *PATHS):
+        raise ValueError(f"path must be one of {PATHS} or None (native where built), got {path!r}")
+    loaded = load_native(module, what) if path != "python" else None
+    if loaded is None and path == "native":
+        raise RuntimeError(f"the native {what} is not available: build it (python setup.py build_ext --inplace) "
+                           f"and unset {DISABLE}=0, or use the Python path")  # fmt: skip
+    return loaded
 
 
 def ipv4(host: str) -> int:

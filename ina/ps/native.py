@@ -17,12 +17,11 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
-from ina.net.native import NativeNode, load_native, peer_of
+from ina.net.native import NativeNode, load_native, native_on_path, peer_of
 from ina.ps.core import COUNTERS, ParameterServer
 from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
 MODULE, WHAT = "ina.ps._native", "parameter server"
-PATHS = ("python", "native")
 
 
 def native_module() -> ModuleType | None:
@@ -33,12 +32,7 @@ def native_module() -> ModuleType | None:
 def ps_core(words: int, path: str | None = None, messages: int = 64, **options: Any) -> ParameterServer | NativeParameterServer:
     """The PS on `path`: "native", "python", or None for native where it built; `options` as for `ParameterServer`,
     and the native loop's datagrams per receive call `messages`."""
-    if path not in (None, *PATHS):
-        raise ValueError(f"path must be one of {PATHS} or None (native where built), got {path!r}")
-    module = native_module() if path != "python" else None
-    if module is None and path == "native":
-        raise RuntimeError("the native parameter server is not available: build it (python setup.py build_ext --inplace) "
-                           "and unset INA_NATIVE_PACKETS=0, or use the Python path")  # fmt: skip
+    module = native_on_path(path, MODULE, WHAT)
     if module is None:
         return ParameterServer(words, **options)
     return NativeParameterServer(words, messages=messages, module=module, **options)

@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 
 from ina.control import JobSpec
-from ina.net.native import NativeNode, load_native, peer_of
+from ina.net.native import NativeNode, load_native, native_on_path, peer_of
 from ina.protocol import MAX_WORKERS
 from ina.switch.config import POLICIES, SwitchConfig
 from ina.switch.core import COUNTERS, SwitchCore
 from ina.switch.state import Jobs, Slots
 
 MODULE, WHAT = "ina.switch._native", "software switch"
-PATHS = ("python", "native")
 
 
 def native_module() -> ModuleType | None:
@@ -33,12 +32,7 @@ def native_module() -> ModuleType | None:
 
 def switch_core(config: SwitchConfig, path: str | None = None, messages: int = 64) -> SwitchCore | NativeSwitchCore:
     """The switch core on `path`: "native", "python", or None for native where it built."""
-    if path not in (None, *PATHS):
-        raise ValueError(f"path must be one of {PATHS} or None (native where built), got {path!r}")
-    module = native_module() if path != "python" else None
-    if module is None and path == "native":
-        raise RuntimeError("the native software switch is not available: build it (python setup.py build_ext --inplace) "
-                           "and unset INA_NATIVE_PACKETS=0, or use the Python path")  # fmt: skip
+    module = native_on_path(path, MODULE, WHAT)
     return NativeSwitchCore(config, module, messages) if module is not None else SwitchCore(config)
 
 

@@ -21,16 +21,19 @@ from typing import Any, Literal, NamedTuple, Sequence
 import numpy as np
 
 from ina.net.frames import Frames
-from ina.net.native import from_native, load_native, to_native
+from ina.net.native import from_native, load_native, native_on_path, to_native
 from ina.net.node import Address, Datagram
 from ina.transport.chunks import result_length
 from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
 from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
 
+MODULE, WHAT = "ina.transport._native", "worker engine"
+
+
 def native_module() -> ModuleType | None:
     """ina.transport._native, or None (not built, or INA_NATIVE_PACKETS=0; `load_native` says so once)."""
-    return load_native("ina.transport._native", "worker engine")
+    return load_native(MODULE, WHAT)
 
 
 def native_policy(policy: PriorityPolicy | None) -> dict[str, Any] | None:
@@ -187,13 +190,8 @@ class NativeEngine:
         return self._core.next_deadline()
 
 
-
 def engine(config: EngineConfig, policy: PriorityPolicy | None = None, path: str | None = None) -> Engine | NativeEngine:
     """The sans-IO engine on `path`: "python", "native" (an error where not built), or None for native where it
     is built and runs `policy` (as the transports choose it)."""
-    if path not in (None, "python", "native"):
-        raise ValueError(f"path must be 'python', 'native' or None (native where built), got {path!r}")
-    if path == "native" and native_module() is None:
-        raise RuntimeError("the native worker engine is not available: build it (python setup.py build_ext --inplace) "
-                           "and unset INA_NATIVE_PACKETS=0, or use the Python path")  # fmt: skip
-    return NativeEngine(config, policy) if path != "python" and runs_natively(policy) else Engine(config, policy)
+    native = native_on_path(path, MODULE, WHAT) is not None and runs_natively(policy)
+    return NativeEngine(config, policy) if native else Engine(config, policy)
