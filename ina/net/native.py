@@ -16,7 +16,6 @@ import importlib
 import ipaddress
 import os
 import socket
-import threading
 import warnings
 from types import ModuleType
 from typing import Any, Callable, Protocol, Sequence
@@ -25,7 +24,7 @@ import numpy as np
 
 from ina.net.frames import Frames
 from ina.net.node import Address, Datagram
-from ina.net.udp import open_socket
+from ina.net.udp import LoopThread, open_socket
 
 DISABLE = "INA_NATIVE_PACKETS"
 """Set to 0 to run the Python references instead of the native cores everywhere."""
@@ -147,15 +146,15 @@ class NativeNode:
         return self._core.refused()
 
 
-class NativeRunner:
+class NativeRunner(LoopThread):
     """Serves a native core on a bound UDP socket (which it then owns) until `stop()`, as
     `UdpRunner` serves a Python node; `error` keeps what stopped a background loop."""
+
+    thread_name = "ina-native-loop"
 
     def __init__(self, core: NativeCore, sock: socket.socket) -> None:
         self.core = core
         self.sock = sock
-        self.error: BaseException | None = None
-        self._thread: threading.Thread | None = None
 
     @classmethod
     def bind(cls, core: NativeCore, address: Address) -> NativeRunner:
@@ -176,26 +175,11 @@ class NativeRunner:
         """Run the core's packet loop in the calling thread until `stop()` (Ctrl-C handlers still run)."""
         self.core.serve(self.sock.fileno())
 
-    def start(self) -> NativeRunner:
-        """Serve on a daemon thread; an exception there is kept in `error`."""
-
-        def run() -> None:
-            try:
-                self.serve_forever()
-            except BaseException as error:  # noqa: BLE001 - reported through `error`
-                self.error = error
-
-        self._thread = threading.Thread(target=run, name="ina-native-loop", daemon=True)
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         """Ask the loop to return, now or as soon as it starts (safe from any thread or a signal handler)."""
         self.core.stop()
 
     def close(self) -> None:
         """Stop, wait for the serving thread, and release the socket."""
-        self.stop()
-        if self._thread is not None:
-            self._thread.join()
+        self.join()
         self.sock.close()

@@ -26,8 +26,9 @@ import socket
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -300,7 +301,46 @@ def _enable_gro(sock: socket.socket) -> bool:
         return False
 
 
-class UdpRunner:
+T = TypeVar("T", bound="LoopThread")
+
+
+class LoopThread(ABC):
+    """A packet loop (`serve_forever` until `stop`) that can also run on a daemon thread of its own: what
+    the Python and the native runners share. An exception there is kept in `error`."""
+
+    thread_name = "udp-runner"
+    error: BaseException | None = None
+    _thread: threading.Thread | None = None
+
+    @abstractmethod
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until `stop()`."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Ask the loop to return (safe from any thread)."""
+
+    def start(self: T) -> T:
+        """Serve on a daemon thread."""
+
+        def run() -> None:
+            try:
+                self.serve_forever()
+            except BaseException as error:  # noqa: BLE001 - reported through `error`
+                self.error = error
+
+        self._thread = threading.Thread(target=run, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def join(self) -> None:
+        """Stop, and wait for the serving thread if there is one."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class UdpRunner(LoopThread):
     """Serves a `Node` on a bound UDP socket until `stop()`: receive in batches, send the
     outputs, and call `tick` whenever the node's next deadline passes.
 
@@ -320,14 +360,12 @@ class UdpRunner:
         self.io = BatchSocket(sock, mmsg=mmsg, gso=gso)
         self.clock = clock
         self.refused = 0
-        self.error: BaseException | None = None
         self._stopping = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._calls: list[Callable[[], None]] = []
         self._calls_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
 
     @classmethod
     def bind(cls, node: Node, address: Address, **options: object) -> UdpRunner:
@@ -400,18 +438,6 @@ class UdpRunner:
         if datagrams:
             self.refused += self.io.send(datagrams)
 
-    def start(self) -> UdpRunner:
-        """Serve on a daemon thread; an exception there is kept in `error`."""
-
-        def run() -> None:
-            try:
-                self.serve_forever()
-            except BaseException as error:  # noqa: BLE001 - reported through `error`
-                self.error = error
-
-        self._thread = threading.Thread(target=run, name="udp-runner", daemon=True)
-        self._thread.start()
-        return self
 
     def stop(self) -> None:
         """Ask the loop to return (safe from any thread or a signal handler)."""
@@ -420,8 +446,6 @@ class UdpRunner:
 
     def close(self) -> None:
         """Stop, wait for the serving thread, and release the sockets."""
-        self.stop()
-        if self._thread is not None:
-            self._thread.join()
+        self.join()
         for sock in (self.io.sock, self._wake_r, self._wake_w):
             sock.close()
