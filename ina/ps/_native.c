@@ -13,6 +13,7 @@
 
 #include "ina_wire.h"
 #include "ina_udp.h"
+#include "ina_heap.h"
 #include "ina_pynode.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -324,32 +325,7 @@ static void send_copy(PS *ps, ina_tx *tx, ina_addr to, const uint8_t *packet, ui
 
 static int timer_before(const timer *a, const timer *b) { return a->due < b->due || (a->due == b->due && a->order < b->order); }
 
-static void heap_sift_up(PS *ps, size_t i) {
-    timer t = ps->heap[i];
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!timer_before(&t, &ps->heap[parent])) break;
-        ps->heap[i] = ps->heap[parent], i = parent;
-    }
-    ps->heap[i] = t;
-}
-
-static void heap_sift_down(PS *ps, size_t i) {
-    timer t = ps->heap[i];
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= ps->heap_count) break;
-        if (child + 1 < ps->heap_count && timer_before(&ps->heap[child + 1], &ps->heap[child])) child++;
-        if (!timer_before(&ps->heap[child], &t)) break;
-        ps->heap[i] = ps->heap[child], i = child;
-    }
-    ps->heap[i] = t;
-}
-
-static void heap_pop(PS *ps) {
-    ps->heap[0] = ps->heap[--ps->heap_count];
-    if (ps->heap_count) heap_sift_down(ps, 0);
-}
+INA_HEAP(timers, timer, timer_before)
 
 static void schedule(PS *ps, job *j, int32_t entry) {
     if (ps->heap_count == ps->heap_room) {
@@ -359,8 +335,7 @@ static void schedule(PS *ps, job *j, int32_t entry) {
         ps->heap = heap, ps->heap_room = room;
     }
     const chunk *c = &j->chunks[entry];
-    ps->heap[ps->heap_count] = (timer){c->flush_at, ps->next_order++, j, entry, c->generation};
-    heap_sift_up(ps, ps->heap_count++);
+    timers_push(ps->heap, &ps->heap_count, (timer){c->flush_at, ps->next_order++, j, entry, c->generation});
 }
 
 static int timer_current(const timer *t) {
@@ -719,7 +694,7 @@ static void ps_tick(void *self, double now, ina_tx *tx) {
     PS *ps = self;
     while (ps->heap_count && ps->heap[0].due <= now) {
         timer t = ps->heap[0];
-        heap_pop(ps);
+        timers_pop(ps->heap, &ps->heap_count);
         if (timer_current(&t)) flush(ps, t.owner, t.entry, now, tx);
     }
     for (uint32_t k = 0; k < ps->njobs; k++) {
@@ -734,7 +709,7 @@ static void ps_tick(void *self, double now, ina_tx *tx) {
 
 static double ps_next_deadline(void *self) {
     PS *ps = self;
-    while (ps->heap_count && !timer_current(&ps->heap[0])) heap_pop(ps);
+    while (ps->heap_count && !timer_current(&ps->heap[0])) timers_pop(ps->heap, &ps->heap_count);
     double deadline = ps->heap_count ? ps->heap[0].due : INFINITY;
     for (uint32_t k = 0; k < ps->njobs; k++) {
         const job *j = ps->jobs[ps->order[k]];
@@ -776,8 +751,7 @@ static void forget_timers(PS *ps, const job *j) {
     for (size_t i = 0; i < ps->heap_count; i++)
         if (ps->heap[i].owner != j) ps->heap[kept++] = ps->heap[i];
     ps->heap_count = kept;
-    for (size_t i = kept / 2 + 1; i-- > 0;)
-        if (i < kept) heap_sift_down(ps, i);
+    timers_build(ps->heap, kept);
 }
 
 static void remove_job(PS *ps, uint16_t id) {

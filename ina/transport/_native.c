@@ -22,6 +22,7 @@
 
 #include "ina_wire.h"
 #include "ina_udp.h"
+#include "ina_heap.h"
 #include "ina_pynode.h"
 
 #define RX_MESSAGES 64 /* datagrams per recvmmsg when serving */
@@ -157,7 +158,7 @@ static chunk *outstanding(Engine *e, uint64_t seq) {
     return c->live && c->seq == seq ? c : NULL;
 }
 
-static int timer_before(timer a, timer b) { return a.deadline < b.deadline; }
+static int timer_before(const timer *a, const timer *b) { return a->deadline < b->deadline; }
 
 /* Whether chunk `seq` is outstanding with its timer at `deadline`. */
 static int armed(Engine *e, uint64_t seq, double deadline) {
@@ -172,18 +173,7 @@ static int timer_live(Engine *e, timer *t) {
     return t->seq < t->end;
 }
 
-static void sift_down(timer *heap, size_t n, size_t i) {
-    timer moving = heap[i];
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= n) break;
-        if (child + 1 < n && timer_before(heap[child + 1], heap[child])) child++;
-        if (!timer_before(heap[child], moving)) break;
-        heap[i] = heap[child];
-        i = child;
-    }
-    heap[i] = moving;
-}
+INA_HEAP(timers, timer, timer_before)
 
 /* Arm chunks seq .. end - 1 with one timer. The heap holds every outstanding chunk's live timer (at
  * most W entries) and stale ones; when it is full the stale ones go, so it never grows. */
@@ -193,23 +183,9 @@ static void push_timer(Engine *e, double deadline, uint64_t seq, uint64_t end) {
         for (size_t i = 0; i < e->timers_count; i++)
             if (timer_live(e, &e->timers[i])) e->timers[live++] = e->timers[i];
         e->timers_count = live;
-        for (size_t i = live / 2; i-- > 0;) sift_down(e->timers, live, i);
+        timers_build(e->timers, live);
     }
-    timer t = {deadline, seq, end};
-    size_t i = e->timers_count++;
-    while (i > 0 && timer_before(t, e->timers[(i - 1) / 2])) {
-        e->timers[i] = e->timers[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    e->timers[i] = t;
-}
-
-static void pop_timer(Engine *e) {
-    timer last = e->timers[--e->timers_count];
-    if (e->timers_count) {
-        e->timers[0] = last;
-        sift_down(e->timers, e->timers_count, 0);
-    }
+    timers_push(e->timers, &e->timers_count, (timer){deadline, seq, end});
 }
 
 static uint32_t slot_of(const Engine *e, uint64_t seq) {
@@ -277,7 +253,7 @@ static void tick(void *self, double now, ina_tx *tx) {
     size_t due = 0;
     while (e->timers_count && e->timers[0].deadline <= now) { /* every armed chunk whose deadline passed */
         timer t = e->timers[0];
-        pop_timer(e);
+        timers_pop(e->timers, &e->timers_count);
         for (uint64_t seq = t.seq; seq < t.end; seq++)
             if (armed(e, seq, t.deadline) && due < e->window) e->due[due++] = (timer){t.deadline, seq, seq + 1};
     }
@@ -312,7 +288,8 @@ static void tick(void *self, double now, ina_tx *tx) {
 static double next_deadline(void *self) {
     Engine *e = self;
     if (e->failed) return INFINITY;
-    while (e->timers_count && !timer_live(e, &e->timers[0])) pop_timer(e); /* completed or re-armed since */
+    while (e->timers_count && !timer_live(e, &e->timers[0])) /* completed or re-armed since */
+        timers_pop(e->timers, &e->timers_count);
     double due = e->timers_count ? e->timers[0].deadline : INFINITY;
     if (e->next_send < e->next_seq && e->next_send < e->oldest + e->window) {
         double queued = reduction_of(e, e->unsent_handle)->queued_at;
