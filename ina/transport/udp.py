@@ -171,8 +171,9 @@ class _UdpTransport(Transport):
         """The deployment this job runs in (rank 0 decides): the switch's K for a job through a switch."""
         return deployment
 
+    @abstractmethod
     def _default_window(self, deployment: Deployment) -> int:
-        return 64
+        """The window when none is asked for: a power of two (under a static policy a partition is no larger)."""
 
     # --- reductions -------------------------------------------------------------------
 
@@ -276,7 +277,7 @@ class SwitchTransport(_UdpTransport):
         system calls, whatever the chunks it moves (1024 chunks of K = 64 are 280 kB in flight)."""
         free = deployment.slots_free
         window = min(deployment.pool, 1024, deployment.pool if free is None else max(free, 1))
-        return 1 << (window.bit_length() - 1)  # a power of two: under a static policy its partition is no larger
+        return _power_of_two_at_most(window)
 
     def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
         return pack_words(codec.table_values(indices), self._lane_bits), 0
@@ -301,8 +302,7 @@ class PSTransport(_UdpTransport):
         return replace(deployment, words=ps_only_words(deployment, self._config.bits, self._lane_bits, self._requested_words))
 
     def _default_window(self, deployment: Deployment) -> int:
-        window = max(1, min(64, _IN_FLIGHT_BYTES // (4 * deployment.words)))
-        return 1 << (window.bit_length() - 1)
+        return _power_of_two_at_most(max(1, min(64, _IN_FLIGHT_BYTES // (4 * deployment.words))))
 
     def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
         return pack_words(indices, codec.config.bits), codec.config.bits
@@ -314,6 +314,10 @@ class PSTransport(_UdpTransport):
         chunks = words.size // result_words(self._words, index_bits, self._lane_bits)
         lanes = unpack_words(words, self._lane_bits, chunks * lanes_per_result)
         return lanes.view(chunks, lanes_per_result)[:, :per_chunk].reshape(-1)[:count]
+
+
+def _power_of_two_at_most(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 def _torch_future(
