@@ -22,8 +22,8 @@ codec = Extension(
     sources=[f"compression/_native{part}.c" for part in ("", "_baseline", "_avx2", "_avx512")],
     depends=["compression/_native.h", "compression/_native_kernels.h"],
     # -ffp-contract=off: no FMA contraction, so the kernels round exactly like the torch path.
-    extra_compile_args=["-O3", "-ffp-contract=off", "-pthread", "-Wno-psabi", *sanitize],
-    extra_link_args=["-pthread", *sanitize],
+    extra_compile_args=["-O3", "-ffp-contract=off", "-fopenmp", "-Wno-psabi", *sanitize],
+    extra_link_args=["-fopenmp", *sanitize],
     optional=True,
 )
 

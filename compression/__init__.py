@@ -5,7 +5,7 @@ Standalone: imports nothing else of ``ina``. See THCCodec for the encode/decode 
 from .codec import THCCodec
 from .config import THCConfig
 from .lanes import collective_sum_dtype, sum_lane_bits
-from .native import native_available
+from .native import move_to_huge_pages, native_available
 from .packing import pack_bits, unpack_bits
 from .table import clip_threshold, thc_table, uniform_table
 
@@ -14,6 +14,7 @@ __all__ = [
     "THCConfig",
     "clip_threshold",
     "collective_sum_dtype",
+    "move_to_huge_pages",
     "native_available",
     "pack_bits",
     "sum_lane_bits",

@@ -11,7 +11,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,19 +48,11 @@ static int supported(int i) {
     return SETS[i] == &native_baseline;
 }
 
-/* ---- fork-join: threads take items of the work until none is left ---- */
-
-typedef struct {
-    body_fn body;
-    const void *job;
-    work_t *work;
-} thread_arg;
-
-static void *run_body(void *arg) {
-    thread_arg *a = (thread_arg *)arg;
-    a->body(a->job, a->work);
-    return NULL;
-}
+/* ---- fork-join: threads take items of the work until none is left ----
+ * OpenMP, so that the kernels run on torch's own thread pool: torch loads its libgomp globally
+ * and this module's libgomp.so.1 binds to it. Threads of a pool of our own would compete for the
+ * cores with torch's workers, which spin for a while after each torch operation (DDP calls the
+ * hook right after the backward's last matmul). */
 
 /* Run body on up to `threads` threads (the caller's among them) over count items in chunks. */
 static void parallel(body_fn body, const void *job, size_t count, size_t chunk, int threads) {
@@ -69,12 +60,9 @@ static void parallel(body_fn body, const void *job, size_t count, size_t chunk, 
     size_t chunks = (count + work.chunk - 1) / work.chunk;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if ((size_t)threads > chunks) threads = (int)chunks;
-    thread_arg arg = {body, job, &work};
-    pthread_t ids[MAX_THREADS];
-    int started = 0;
-    while (started + 1 < threads && pthread_create(&ids[started], NULL, run_body, &arg) == 0) started++;
-    run_body(&arg);
-    for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
+    if (threads < 1) threads = 1;
+#pragma omp parallel num_threads(threads)
+    body(job, &work);
 }
 
 /* Threads for `elements` of work, at most `threads`. */
@@ -119,6 +107,7 @@ static int quantizer_setup(quantizer *q, float scale, float threshold, float gai
         return -1;
     }
     q->scale = scale, q->threshold = threshold, q->gain = gain, q->top = granularity - 1, q->k0 = k0, q->k1 = k1;
+    q->values = 0;
     const uint8_t *lowers = PTR(lower), *bases = PTR(base), *widths = PTR(width);
     for (int i = 0; i < 256; i++) {
         q->base[i] = bases[i], q->width[i] = widths[i], q->lower[i] = lowers[i];
@@ -198,18 +187,19 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     Py_ssize_t n, padded, block;
     unsigned int sign_k0, sign_k1, round_k0, round_k1;
     float norm, scale, threshold, gain;
-    int granularity, threads;
-    if (!PyArg_ParseTuple(args, "KnKnnIIffffiKKKIIi", &src, &n, &dst, &padded, &block, &sign_k0, &sign_k1, &norm,
+    int granularity, values, threads;
+    if (!PyArg_ParseTuple(args, "KnKnnIIffffiKKKIIpi", &src, &n, &dst, &padded, &block, &sign_k0, &sign_k1, &norm,
                           &scale, &threshold, &gain, &granularity, &lower, &base, &width, &round_k0, &round_k1,
-                          &threads))
+                          &values, &threads))
         return NULL;
     tile_job *job = new_job(sizeof *job);
     if (!job) return NULL;
     *job = (tile_job){.mode = ENCODE, .block = (size_t)block, .norm = norm, .k0 = sign_k0, .k1 = sign_k1,
                       .x = PTR(src), .n = (size_t)n, .indices = PTR(dst)};
     int failed = quantizer_setup(&job->q, scale, threshold, gain, granularity, lower, base, width, round_k0,
-                                 round_k1) ||
-                 run_tiles(job, (size_t)padded, threads);
+                                 round_k1);
+    job->q.values = values;
+    failed = failed || run_tiles(job, (size_t)padded, threads);
     free(job);
     if (failed) return NULL;
     Py_RETURN_NONE;
@@ -259,12 +249,19 @@ static PyObject *py_set_isa(PyObject *self, PyObject *args) {
 static PyObject *py_advise_huge(PyObject *self, PyObject *args) {
     unsigned long long start;
     Py_ssize_t bytes;
-    if (!PyArg_ParseTuple(args, "Kn", &start, &bytes)) return NULL;
+    int now;
+    if (!PyArg_ParseTuple(args, "Knp", &start, &bytes, &now)) return NULL;
 #ifdef MADV_HUGEPAGE
     const uintptr_t huge = (uintptr_t)1 << 21;
     uintptr_t first = ((uintptr_t)start + huge - 1) & ~(huge - 1);
     uintptr_t end = ((uintptr_t)start + (size_t)bytes) & ~(huge - 1);
-    if (end > first) madvise((void *)first, end - first, MADV_HUGEPAGE); /* advice: failure changes nothing */
+    if (end > first) {
+        Py_BEGIN_ALLOW_THREADS
+        /* Advice: failure changes nothing. MADV_COLLAPSE (Linux 6.1) moves pages in use now. */
+        madvise((void *)first, end - first, MADV_HUGEPAGE);
+        if (now) madvise((void *)first, end - first, 25 /* MADV_COLLAPSE */);
+        Py_END_ALLOW_THREADS
+    }
 #endif
     Py_RETURN_NONE;
 }
@@ -281,7 +278,7 @@ static PyMethodDef methods[] = {
      "uint8 table indices of fp32 src by stochastic rounding (tables: 256 bytes each)."},
     {"encode", py_encode, METH_VARARGS,
      "encode(src, n, dst, padded, block, sign_k0, sign_k1, norm, scale, threshold, gain, granularity, lower, base, "
-     "width, round_k0, round_k1, threads): rotate then quantize, uint8 indices only."},
+     "width, round_k0, round_k1, values, threads): rotate then quantize, uint8 indices (or their table values) only."},
     {"lookup", py_lookup, METH_VARARGS,
      "lookup(src, n, dst, values, levels, threads): dst[i] = values[src[i]] (uint8; 0 beyond levels)."},
     {"isas", py_isas, METH_NOARGS, "isas(): the instruction sets built and supported here, best first."},

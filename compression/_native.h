@@ -21,6 +21,7 @@ typedef struct {
     float scale, threshold, gain;
     int32_t top; /* g - 1: the largest c = floor(v) that indexes the tables */
     uint32_t k0, k1;
+    int32_t values; /* 1: emit the table values R[index] that sums add, not the indices */
     /* quantize.Levels' tables, as fp32 and int32 (for permutes of 32 entries) and packed into
      * base[c] | width[c] << 8 | lower[c] << 16 (one lookup of 8-entry permutes or loads for all three). */
     float base[256] __attribute__((aligned(64)));
@@ -44,7 +45,7 @@ typedef struct {
     const void *src;
     int kind;
     float offset, scale;
-    /* outputs: ENCODE indices; ROTATE all padded floats; DECODE the first `length` floats */
+    /* outputs: ENCODE indices (or table values); ROTATE all padded floats; DECODE the first `length` floats */
     uint8_t *indices;
     float *out;
     size_t length;

@@ -214,7 +214,9 @@ INLINE vf clip(vf u, vf t) {
 #endif
 }
 
-/* Table indices of y, whose elements have rounding-stream indices p (in the first LANES bytes). */
+/* Table indices of y, or their values R[index] (q->values), whose elements have rounding-stream
+ * indices p (in the first LANES bytes). R[index] is the bracket's lower level, plus its step where
+ * rounding up: integers, exact in fp32. */
 INLINE vb quantize_lanes(const quantizer *q, vf y, vu p) {
     const vf t = splat(q->threshold);
     vf v = (clip(y * q->scale, t) + t) * q->gain; /* in [0, g] */
@@ -224,6 +226,7 @@ INLINE vb quantize_lanes(const quantizer *q, vf y, vu p) {
     vi word = (vi)(stream(p, q->k0, q->k1) >> 8); /* top 24 bits: exact in fp32 */
     vf r = __builtin_convertvector(word, vf) * 0x1p-24f;
     vi up = (vi)(r * b.step < v - b.below); /* -1 where rounding up */
+    if (q->values) return narrow(__builtin_convertvector(b.below + (vf)((vi)b.step & up), vi));
     return narrow(b.lower - up);
 }
 

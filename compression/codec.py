@@ -248,22 +248,26 @@ class THCCodec:
         mean = scaling.scaled(mean, e)
         return mean if out is None else out.copy_(mean)  # a copy onto itself is free
 
-    def encode(self, x: torch.Tensor, norm: Norm, *, round: int, bucket: int, worker: int) -> torch.Tensor:
+    def encode(
+        self, x: torch.Tensor, norm: Norm, *, round: int, bucket: int, worker: int, values: bool = False
+    ) -> torch.Tensor:
         """uint8 table indices of ``x``: rotate then quantize (fused on CPU: the rotation is never stored).
 
         ``norm`` is the shared M, as in quantize; ||x||_2 equals the rotated norm, so workers can
-        agree on M first (:meth:`norm`).
+        agree on M first (:meth:`norm`). ``values``: their table values instead, what a sum adds
+        (:meth:`table_values` of the indices, looked up in the same pass by the kernels).
         """
         x, norm = self._rescaled(_vector("x", x, _FLOATS).to(torch.float32), norm)  # keeps the transform in range too
         kernels = _kernels(x, self._block(x.numel()))
         if not kernels:
-            y = self.rotate(x, round=round, bucket=bucket)
-            return self.quantize(y, norm, round=round, bucket=bucket, worker=worker)
+            indices = self.quantize(self.rotate(x, round=round, bucket=bucket), norm, round=round, bucket=bucket,
+                                    worker=worker)  # fmt: skip
+            return self.table_values(indices) if values else indices
         padded = self.padded_length(x.numel())
         scale = quantize.normalizer(norm, padded)
         return kernels.encode(
             x, padded, self._block(x.numel()), self._sign_key(round, bucket), scale, self._levels_on(x.device),
-            self._round_key(round, bucket, worker),
+            self._round_key(round, bucket, worker), values,
         )  # fmt: skip
 
     @staticmethod

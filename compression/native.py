@@ -72,8 +72,20 @@ def _empty(count: int, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialized output, on huge pages where it is large."""
     out = torch.empty(count, dtype=dtype)
     if out.numel() * out.element_size() >= _HUGE_OUTPUT_BYTES:
-        _lib.advise_huge(out.data_ptr(), out.numel() * out.element_size())
+        _lib.advise_huge(out.data_ptr(), out.numel() * out.element_size(), False)
     return out
+
+
+def move_to_huge_pages(tensor: torch.Tensor) -> None:
+    """Back a large, long-lived CPU tensor (a DDP bucket) with 2 MiB pages now, keeping its contents.
+
+    The transform reads rows of its input far apart, and on 4 KiB pages nearly every row misses
+    the TLB. Moving costs one copy (MADV_COLLAPSE, Linux 6.1+); elsewhere, or without the
+    kernels, nothing happens.
+    """
+    nbytes = tensor.numel() * tensor.element_size()
+    if _lib is not None and tensor.device.type == "cpu" and nbytes >= _HUGE_OUTPUT_BYTES:
+        _lib.advise_huge(tensor.data_ptr(), nbytes, True)
 
 
 def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
@@ -112,14 +124,18 @@ def quantize(y: torch.Tensor, scale: float, levels: Levels, key: Key) -> torch.T
 
 
 def encode(
-    x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key
-) -> torch.Tensor:
-    """quantize(rotate(x, padded, block, sign_key), scale, levels, round_key) without materializing the rotation."""
+    x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key,
+    values: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """quantize(rotate(x, padded, block, sign_key), scale, levels, round_key) without materializing the rotation.
+
+    ``values``: the indices' table values instead (lookup(indices, levels)), in the same pass.
+    """
     out = _empty(padded, torch.uint8)
     _lib.encode(
         x.data_ptr(), x.numel(), out.data_ptr(), padded, block, sign_key.k0, sign_key.k1, inverse_sqrt(block),
         scale, levels.threshold, levels.gain, levels.granularity, levels.lower.data_ptr(), levels.base.data_ptr(),
-        levels.width.data_ptr(), round_key.k0, round_key.k1, _threads(),
+        levels.width.data_ptr(), round_key.k0, round_key.k1, values, _threads(),
     )  # fmt: skip
     return out
 

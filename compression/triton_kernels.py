@@ -99,15 +99,21 @@ def _transform(t, A: tl.constexpr, B: tl.constexpr, COLUMNS: tl.constexpr):
 
 
 @triton.jit
-def _indices(y, p, scale, threshold, gain, top, brackets, q0, q1):
-    """quantize.quantize of fp32 y, operation by operation; p: each element's position (its stream index)."""
+def _indices(y, p, scale, threshold, gain, top, brackets, q0, q1, VALUES: tl.constexpr = False):
+    """quantize.quantize of fp32 y, operation by operation; p: each element's position (its stream index).
+
+    VALUES: the indices' table values instead: the bracket's lower level, plus its step where rounding up.
+    """
     u = y * scale
     u = tl.where(u > -threshold, u, -threshold)  # NaN goes to -T
     u = tl.where(u < threshold, u, threshold)
     v = (u + threshold) * gain
     bracket = tl.load(brackets + tl.minimum(tl.maximum(v.to(tl.int32), 0), top))  # see _brackets
     r = (_stream(p.to(tl.uint32), q0, q1) >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2**-24: exact
-    up = r * (bracket >> 16).to(tl.float32) < v - ((bracket >> 8) & 0xFF).to(tl.float32)
+    below, step = (bracket >> 8) & 0xFF, bracket >> 16
+    up = r * step.to(tl.float32) < v - below.to(tl.float32)
+    if VALUES:
+        return (below + tl.where(up, step, 0)).to(tl.uint8)
     return ((bracket & 0xFF) + up).to(tl.uint8)
 
 
@@ -138,11 +144,11 @@ def _rotate_kernel(src, n, dst, columns, k0, k1, normalization, B1: tl.constexpr
 @triton.jit(do_not_specialize=["k0", "k1", "q0", "q1"])
 def _encode_kernel(
     src, n, dst, columns, k0, k1, normalization, scale, threshold, gain, top, brackets, q0, q1,
-    B1: tl.constexpr, COLUMNS: tl.constexpr,
+    B1: tl.constexpr, COLUMNS: tl.constexpr, VALUES: tl.constexpr,
 ):  # fmt: skip
-    """hadamard.rotate then quantize.quantize, COLUMNS blocks per program: only the indices are stored."""
+    """hadamard.rotate then quantize.quantize, COLUMNS blocks per program: only the indices (or values) are stored."""
     y, p, keep = _rotated(src, n, columns, k0, k1, normalization, B1, COLUMNS)
-    tl.store(dst + p, _indices(y, p, scale, threshold, gain, top, brackets, q0, q1), mask=keep)
+    tl.store(dst + p, _indices(y, p, scale, threshold, gain, top, brackets, q0, q1, VALUES), mask=keep)
 
 
 @triton.jit(do_not_specialize=["k0", "k1"])
@@ -233,14 +239,18 @@ def rotate(x: torch.Tensor, padded: int, block: int, key: Key) -> torch.Tensor:
 
 @_on_its_device
 def encode(
-    x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key
-) -> torch.Tensor:
-    """quantize(rotate(x, padded, block, sign_key), scale, levels, round_key) without storing the rotation."""
+    x: torch.Tensor, padded: int, block: int, sign_key: Key, scale: float, levels: Levels, round_key: Key,
+    values: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """quantize(rotate(x, padded, block, sign_key), scale, levels, round_key) without storing the rotation.
+
+    ``values``: the indices' table values instead (lookup(indices, levels)), in the same pass.
+    """
     out = torch.empty(padded, dtype=torch.uint8, device=x.device)
     meta = _launch(block, padded // block)
     _encode_kernel[meta.pop("grid")](
         x, x.numel(), out, padded // block, *_words(sign_key), inverse_sqrt(block),
-        **_quantizer(scale, levels, round_key), **meta,
+        **_quantizer(scale, levels, round_key), VALUES=values, **meta,
     )  # fmt: skip
     return out
 

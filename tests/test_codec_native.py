@@ -82,6 +82,7 @@ def codec_outputs(name: str, n: int) -> dict[str, torch.Tensor]:
         "quantize": indices,
         "table_values": values,
         "encode": codec.encode(x, norm, worker=1, **WHERE),
+        "encode values": codec.encode(x, norm, worker=1, values=True, **WHERE),
         "decode uint8": codec.decode(values, 1, norm, length=n, **WHERE),
         "decode int32": codec.decode(total, 3, norm, length=n, **WHERE),
         "decode int64": codec.decode(total.long(), 3, norm, length=n, **WHERE),
@@ -101,6 +102,7 @@ def test_every_isa_computes_the_torch_paths_bits(isa, name, n):
     for what in want:
         assert same_bits(got[what], want[what]), f"{what} differs from the torch path with {isa}"
     assert torch.equal(got["encode"], got["quantize"]), "fused encode is rotate then quantize"
+    assert torch.equal(got["encode values"], got["table_values"]), "encode's values are the indices' table values"
 
 
 @needs_native
@@ -249,3 +251,52 @@ def test_missing_extension_warns_once(monkeypatch):
 @pytest.mark.skipif(not os.environ.get("INA_REQUIRE_NATIVE"), reason="INA_REQUIRE_NATIVE is not set (CI sets it)")
 def test_native_kernels_built_where_required():
     assert native_available(), f"the C kernels did not load: {native.load_error}"
+
+
+@needs_native
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+def test_the_kernels_share_torchs_openmp_runtime():
+    """One OpenMP runtime in the process: the kernels' threads are torch's, not a second pool competing for cores."""
+    codec = THCCodec(THCConfig())
+    x = torch.randn(1 << 20)
+    codec.encode(x, float(x.norm()), worker=0, **WHERE)
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if "gomp" in line or "libomp" in line or "iomp" in line}
+    assert len(runtimes) == 1, runtimes
+
+
+def _huge_page_bytes(tensor: torch.Tensor) -> int:
+    """AnonHugePages of the mappings that overlap the tensor's memory (/proc/self/smaps; advice splits mappings)."""
+    start = tensor.data_ptr()
+    end, total, inside = start + tensor.numel() * tensor.element_size(), 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            first = line.split()[0]
+            if "-" in first and ":" not in first:
+                low, high = (int(edge, 16) for edge in first.split("-"))
+                inside = low < end and start < high
+            elif inside and first == "AnonHugePages:":
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _collapses_pages() -> bool:
+    """Linux 6.1+ (MADV_COLLAPSE) with transparent huge pages not switched off."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as setting:
+            enabled = "[never]" not in setting.read()
+    except OSError:
+        return False
+    major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    return enabled and (major, minor) >= (6, 1)
+
+
+@needs_native
+@pytest.mark.skipif(not _collapses_pages(), reason="needs Linux 6.1+ with transparent huge pages enabled")
+def test_a_bucket_moves_to_huge_pages_with_its_contents():
+    bucket = torch.randn(8 << 20, generator=torch.Generator().manual_seed(0))
+    before = bucket.clone()
+    assert _huge_page_bytes(bucket) == 0  # torch's own allocation: 4 KiB pages
+    native.move_to_huge_pages(bucket)
+    assert torch.equal(bucket, before)
+    assert _huge_page_bytes(bucket) >= 16 << 20  # all but the partial 2 MiB pages at its ends

@@ -104,6 +104,8 @@ def test_encode_is_rotate_then_quantize_and_the_reference_but_at_rounding_bounda
     scale = quantize.normalizer(norm, padded)
     fused = kernels.encode(x, padded, block, sign_key, scale, levels, round_key)
     assert torch.equal(fused, kernels.quantize(kernels.rotate(x, padded, block, sign_key), scale, levels, round_key))
+    values = kernels.encode(x, padded, block, sign_key, scale, levels, round_key, values=True)
+    assert torch.equal(values, quantize.lookup(fused, levels))
     reference = quantize.quantize(hadamard.rotate(x, padded, block, sign_key), scale, levels, round_key)
     differ = fused != reference
     # Where the transform's last bit moves a value across a rounding boundary, the index is the next level.
@@ -139,15 +141,15 @@ QUANTIZER = {"scale": "fp32", "threshold": "fp32", "gain": "fp32", "top": "i32",
 TRANSFORM = {"B1": "constexpr", "COLUMNS": "constexpr"}
 SIGNATURES = {  # each kernel's argument types as the wrappers pass them (key words as int32: triton_kernels._words)
     "_encode_kernel": {"src": "*fp32", "n": "i32", "dst": "*u8", "columns": "i32", "k0": "i32", "k1": "i32",
-                       "normalization": "fp32", **QUANTIZER, **TRANSFORM},
+                       "normalization": "fp32", **QUANTIZER, **TRANSFORM, "VALUES": "constexpr"},
     "_decode_kernel": {"src": "*u8", "dst": "*fp32", "length": "i32", "columns": "i32", "offset": "fp32", "scale": "fp32",
                        "k0": "i32", "k1": "i32", "normalization": "fp32", **TRANSFORM},
     "_quantize_kernel": {"src": "*fp32", "n": "i32", "dst": "*u8", **QUANTIZER, "BLOCK": "constexpr"},
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", SIGNATURES)
-def test_kernels_compile_for_hopper_with_tensor_core_products_and_no_fused_multiply_adds(name):
+@pytest.mark.parametrize("name, values", [(name, False) for name in SIGNATURES] + [("_encode_kernel", True)])
+def test_kernels_compile_for_hopper_with_tensor_core_products_and_no_fused_multiply_adds(name, values):
     """What the interpreter cannot show: Triton's compiler takes the kernels (no GPU needed to compile for one)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -156,6 +158,8 @@ def test_kernels_compile_for_hopper_with_tensor_core_products_and_no_fused_multi
         pytest.skip(f"Triton {triton.__version__} compiles ahead of time through an older API (constexprs= is 3.3's)")
     module = load_kernels(interpret=False)
     constexprs = {"BLOCK": module._ELEMENTS} if name == "_quantize_kernel" else {"B1": 32, "COLUMNS": module.COLUMNS}
+    if name == "_encode_kernel":
+        constexprs["VALUES"] = values  # indices, or their table values
     source = ASTSource(fn=getattr(module, name), signature=SIGNATURES[name], constexprs=constexprs)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=module._OPTIONS)
     assert compiled.asm["cubin"]
