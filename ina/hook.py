@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, THCConfig
+from ina.compression import THCCodec, THCConfig, move_to_huge_pages
 from ina.transport import create_transport
 from ina.transport.base import Transport
 
@@ -79,8 +79,10 @@ class THCState:
         "iteration",
         "error_dict",
         "plain_bytes",
+        # Where the buckets seen so far start (data pointers): each moves to huge pages once.
+        "bucket_memory",
     )
-    _UNPICKLED = ("process_group", "transport", "codec")
+    _UNPICKLED = ("process_group", "transport", "codec", "bucket_memory")
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class THCState:
         self.config.check_workers(group.size())
         self.process_group = process_group
         self.codec = THCCodec(self.config, seed=self.seed)
+        self.bucket_memory: set[int] = set()
         if isinstance(transport, str):
             transport = create_transport(transport, process_group)
         transport.attach(self.codec, group)
@@ -169,7 +172,8 @@ def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[t
     a completion callback would run on a gloo worker thread, in an order that differs between
     ranks. It reads the local norm and the max on the host (on CUDA, two small synchronizations
     per bucket) to take the same branch as every other worker. Decoding is chained, so the SUM
-    overlaps the rest of the backward pass.
+    overlaps the rest of the backward pass; the last bucket, with nothing left to overlap, is
+    decoded in the hook's own call.
 
     Example::
         >>> # xdoctest: +SKIP
@@ -185,7 +189,7 @@ def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[t
             logger.info("THC compression starts at iteration %d.", state.iteration)
     if round_ < state.start_iter or buffer.numel() < state.min_compression_elements:
         return _allreduce_mean(state, group, buffer)
-    return _thc_mean(state, group, buffer, round_, bucket.index())
+    return _thc_mean(state, group, buffer, round_, bucket.index(), bucket.is_last())
 
 
 def _group(process_group: Optional[dist.ProcessGroup]) -> dist.ProcessGroup:
@@ -207,7 +211,7 @@ def _allreduce_mean(
 
 
 def _thc_mean(
-    state: THCState, group: dist.ProcessGroup, buffer: torch.Tensor, round_: int, index: int
+    state: THCState, group: dist.ProcessGroup, buffer: torch.Tensor, round_: int, index: int, last: bool
 ) -> torch.futures.Future[torch.Tensor]:
     codec, transport = state.codec, state.transport
     workers, rank = group.size(), group.rank()
@@ -215,6 +219,9 @@ def _thc_mean(
     memory = state.error_dict.get(index) if state.error_feedback else None
     if memory is not None and memory.numel() != buffer.numel():
         memory = None  # a new DDP instance's first iteration: its buckets are not yet rebuilt
+    if buffer.data_ptr() not in state.bucket_memory:  # DDP keeps a bucket's memory from step to step
+        state.bucket_memory.add(buffer.data_ptr())
+        move_to_huge_pages(buffer)
     x = buffer.to(torch.float32)
     if memory is not None:
         x = x + memory
@@ -223,22 +230,23 @@ def _thc_mean(
     if not math.isfinite(scale):
         # Some worker's bucket is non-finite. Every worker sees the same max, so all of them skip
         # the quantizer and the SUM round and leave the error memory as it is.
-        devices = [buffer.device] if buffer.is_cuda else None  # waiters wait for the fill's stream
-        future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=devices)
-        future.set_result(buffer.fill_(math.nan))
-        return future
-    # One fused pass (on CPU) from the bucket to its indices; for an extreme max, x and the max move
-    # near 1 together by a power of two first, which keeps the transform's sums in fp32's range.
-    indices = codec.encode(x, scale, worker=rank, **where)
-    total = transport.table_sum(indices, codec, workers, bucket=index)
+        return _completed(buffer.fill_(math.nan))
+    # One fused pass from the bucket to its indices, or to their table values for a transport that
+    # sums those; for an extreme max, x and the max move near 1 together by a power of two first,
+    # which keeps the transform's sums in fp32's range.
+    encoded = codec.encode(x, scale, worker=rank, values=transport.takes_values, **where)
+    own_values = None  # error feedback's; kept apart, as a transport may sum into its input
+    if state.error_feedback:
+        own_values = encoded.clone() if transport.takes_values else codec.table_values(encoded)
+    total = transport.table_sum(encoded, codec, workers, bucket=index)
     # The mean's coordinates lie within T * M of zero and the compression error's within (1 + T) * M:
     # near the top of fp32's or the bucket dtype's range, clamp them so finite inputs stay finite.
     reach, bound = 2 * (1 + codec.config.threshold) * scale, torch.finfo(buffer.dtype).max
 
     def finish(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
-        _read_on_current_stream(x, indices, memory)
-        if state.error_feedback:  # before the mean overwrites the bucket, which x may be
-            own = codec.decode(codec.table_values(indices), 1, scale, length=buffer.numel(), **where)
+        _read_on_current_stream(x, encoded, own_values, memory)
+        if own_values is not None:  # before the mean overwrites the bucket, which x may be
+            own = codec.decode(own_values, 1, scale, length=buffer.numel(), **where)
             error = x - own
             state.error_dict[index] = error.clamp_(-_FP32_MAX, _FP32_MAX) if reach > _FP32_MAX else error
         # An fp32 bucket takes the mean straight from the decoder.
@@ -246,7 +254,21 @@ def _thc_mean(
         mean = codec.decode(fut.value(), workers, scale, length=buffer.numel(), out=into, **where)
         return buffer.copy_(mean.clamp_(-bound, bound) if reach > bound else mean)
 
-    return total.then(finish)
+    if not last:
+        return total.then(finish)
+    # The backward pass has nothing left to overlap with the last bucket's SUM: decode it here, on
+    # the caller's thread (whose kernel threads are warm), not on the transport's completion thread.
+    total.wait()
+    return _completed(finish(total))
+
+
+def _completed(result: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    """A future that already holds ``result``; on CUDA, waiters wait for the stream that made it."""
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future(
+        devices=[result.device] if result.is_cuda else None
+    )
+    future.set_result(result)
+    return future
 
 
 def _read_on_current_stream(*tensors: Optional[torch.Tensor]) -> None:

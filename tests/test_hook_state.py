@@ -2,6 +2,7 @@
 import math
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -123,6 +124,47 @@ def test_an_fp32_bucket_gets_exactly_the_codecs_mean_in_place(error_feedback):
     expected = codec.decode(codec.table_values(indices).int(), 1, norm, length=3000, **where)
     assert averaged.data_ptr() == buffer.data_ptr() and torch.equal(averaged, expected)
     assert not error_feedback or torch.equal(state.error_dict[1], gradient - expected)
+
+
+class ValueSummingTransport(SoloTransport):
+    """Takes table values from the encoder, sums them later on a thread of its own, and consumes its input."""
+
+    takes_values = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: list[torch.Tensor] = []
+
+    def table_sum(
+        self, values: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
+    ) -> torch.futures.Future[torch.Tensor]:
+        self.received.append(values.clone())
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+
+        def complete() -> None:
+            total = values.to(torch.int32)
+            values.fill_(255)  # summed in place: the hook must not read its input again
+            future.set_result(total)
+
+        threading.Timer(0.05, complete).start()
+        return future
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_a_transport_that_takes_values_gets_the_encoders_table_values(last):
+    """The lookup fused into encode; error feedback keeps its own copy; only the last bucket decodes in the call."""
+    state = THCState(process_group=FakeGroup(1), error_feedback=True, start_iter=2, transport=ValueSummingTransport())
+    state.iteration = 2
+    codec, where = state.codec, {"round": 2, "bucket": 1}
+    gradient = torch.randn(3000, generator=torch.Generator().manual_seed(4))
+    returned = thc_hook(state, FakeBucket(gradient.clone(), index=1, last=last))
+    assert returned.done() == last  # with nothing left to overlap, the last bucket is finished in the call
+    averaged = returned.wait()
+    norm = codec.norm(gradient)
+    values = codec.table_values(codec.quantize(codec.rotate(gradient, **where), norm, worker=0, **where))
+    assert torch.equal(state.transport.received[0], values)
+    expected = codec.decode(values.int(), 1, norm, length=3000, **where)
+    assert torch.equal(averaged, expected) and torch.equal(state.error_dict[1], gradient - expected)
 
 
 def test_error_feedback_keeps_what_compression_lost():

@@ -46,7 +46,8 @@ def _sums(rank: int, workers: int, options: dict[str, dict[str, str]]) -> list[t
             transports[name] = create_transport(name, group, **options[name])
             transports[name].attach(codec, group)
         results = {
-            name: ([t.table_sum(b, codec, n, bucket=i).wait() for i, b in enumerate(buckets)],
+            name: ([t.table_sum(codec.table_values(b) if t.takes_values else b, codec, n, bucket=i).wait()
+                    for i, b in enumerate(buckets)],
                    [t.norm_max(m, bucket=i).wait() for i, m in enumerate(norms)])
             for name, t in transports.items()
         }  # fmt: skip

@@ -9,6 +9,7 @@ the PS do: a non-finite norm travels as the canonical NaN, which is above every 
 the max is NaN exactly when some worker's bucket is non-finite (docs/protocol.md, section 2).
 """
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -42,7 +43,12 @@ class Transport(ABC):
 
     ``bytes_sent`` counts the bytes this worker handed to the network for these reductions, as
     the transport puts them on the wire; the hook reports it per step.
+
+    ``takes_values``: whether :meth:`table_sum` is handed the indices' table values rather than
+    the indices (the codec then looks them up while it encodes, saving a pass over the bucket).
     """
+
+    takes_values: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.bytes_sent = 0
@@ -67,8 +73,9 @@ class Transport(ABC):
     ) -> torch.futures.Future[torch.Tensor]:
         """Sum over workers of ``codec.table_values(indices)``, as an integer tensor.
 
-        The indices (not the values) come in so that a transport may send what suits its
-        aggregator: a parameter server looks the values up itself, a switch adds values in lanes.
+        The indices come in, so that a transport may send what suits its aggregator: a parameter
+        server looks the values up itself, a switch adds values in lanes. With ``takes_values``,
+        ``indices`` holds those table values already. The transport may sum into its input.
         """
 
     @abstractmethod

@@ -16,8 +16,11 @@ class CollectiveTransport(Transport):
     stay on the bucket's device, so NCCL works on CUDA buckets and gloo on CPU ones.
 
     Every rank must call it in the same order, as for any collective: the hook does so by
-    issuing both reductions from its own call, never from a completion callback.
+    issuing both reductions from its own call, never from a completion callback. It sums the
+    table values as they are, so it takes them from the encoder (``takes_values``).
     """
+
+    takes_values = True
 
     def __init__(self, process_group: Optional[dist.ProcessGroup] = None) -> None:
         super().__init__()
@@ -30,10 +33,9 @@ class CollectiveTransport(Transport):
         return self._all_reduce(word, dist.ReduceOp.MAX).then(lambda fut: word_norm(fut.value()[0]))
 
     def table_sum(
-        self, indices: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
+        self, values: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
     ) -> torch.futures.Future[torch.Tensor]:
-        dtype = collective_sum_dtype(workers, codec.config.granularity)
-        values = codec.table_values(indices).to(dtype)
+        values = values.to(collective_sum_dtype(workers, codec.config.granularity))
         self.bytes_sent += values.numel() * values.element_size()
         return self._all_reduce(values, dist.ReduceOp.SUM).then(lambda fut: fut.value()[0])
 
