@@ -51,14 +51,16 @@ def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[s
         transport.attach(codec, group)
         try:
             for n in sizes:
-                # What the hook's encoder hands this transport: indices, or their table values.
-                encoded = codec.table_values(vectors[n]) if transport.takes_values else vectors[n]
-                transport.table_sum(encoded, codec, workers, bucket=0).wait()  # warm-up
+                # What the hook's encoder hands this transport, fresh for every reduction (a
+                # transport may sum into it): the indices, or their table values.
+                encoded = [codec.table_values(vectors[n]) if transport.takes_values else vectors[n]
+                           for _ in range(repeats + 1)]  # fmt: skip
+                transport.table_sum(encoded.pop(), codec, workers, bucket=0).wait()  # warm-up
                 sent_before, seconds, cpu_before = transport.bytes_sent, [], _cpu()
                 for _ in range(repeats):
                     dist.barrier()
                     started = time.perf_counter()
-                    transport.table_sum(encoded, codec, workers, bucket=0).wait()
+                    transport.table_sum(encoded.pop(), codec, workers, bucket=0).wait()
                     seconds.append(time.perf_counter() - started)
                 cpu = (_cpu() - cpu_before) / repeats
                 sent = (transport.bytes_sent - sent_before) // repeats

@@ -197,7 +197,7 @@ class _UdpTransport(Transport):
         return _torch_future(self._running().submit(word, op="max", lane_bits=32), scalar, device)
 
     def table_sum(
-        self, indices: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
+        self, encoded: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
     ) -> torch.futures.Future[torch.Tensor]:
         engine = self._running()
         if workers != self._workers or codec.config != self._config:
@@ -205,20 +205,22 @@ class _UdpTransport(Transport):
                 f"this transport was attached for {self._workers} workers and {self._config}, "
                 f"not {workers} workers and {codec.config}"
             )
-        words, index_bits = self._payload(_on_host(indices), codec)
-        count, device = indices.numel(), indices.device
+        words, index_bits = self._payload(_on_host(encoded), codec)
+        count, device = encoded.numel(), encoded.device
 
         def sums(result: np.ndarray) -> torch.Tensor:
             return _on_device(self._unpack(result, index_bits, count), device)
 
-        # The words are ours (pack_words' fresh values or copy): lane sums replace them in place.
+        # Lane sums replace the words in place: pack_words' fresh words, or (8-bit lanes of the
+        # table values a transport that takes them was handed) the input's own bytes.
         future = engine.submit(words, op="sum", lane_bits=self._lane_bits, index_bits=index_bits,
                                out=None if index_bits else words)  # fmt: skip
         return _torch_future(future, sums, device)
 
     @abstractmethod
-    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
-        """The SUM reduction's uint32 words (ina.transport.payload) and its index_bits (0: lanes)."""
+    def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
+        """The SUM reduction's uint32 words (ina.transport.payload) and its index_bits (0: lanes), from
+        what table_sum was handed: indices, or their table values where the transport takes those."""
 
     def _unpack(self, words: np.ndarray, index_bits: int, count: int) -> torch.Tensor:
         """The first `count` lane sums, as the collective would return them (uint8 for 8-bit lanes, else int32)."""
@@ -279,8 +281,10 @@ class SwitchTransport(_UdpTransport):
         window = min(deployment.pool, 1024, deployment.pool if free is None else max(free, 1))
         return _power_of_two_at_most(window)
 
-    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
-        return pack_words(codec.table_values(indices), self._lane_bits), 0
+    takes_values = True  # the switch adds table values: the encoder looks them up in its own pass
+
+    def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
+        return pack_words(encoded, self._lane_bits), 0
 
 
 class PSTransport(_UdpTransport):
@@ -304,8 +308,8 @@ class PSTransport(_UdpTransport):
     def _default_window(self, deployment: Deployment) -> int:
         return _power_of_two_at_most(max(1, min(64, _IN_FLIGHT_BYTES // (4 * deployment.words))))
 
-    def _payload(self, indices: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
-        return pack_words(indices, codec.config.bits), codec.config.bits
+    def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
+        return pack_words(encoded, codec.config.bits), codec.config.bits
 
     def _unpack(self, words: np.ndarray, index_bits: int, count: int) -> torch.Tensor:
         """Each chunk's RESULT holds the lanes of its K * floor(32/b) indices, padded to whole words."""
