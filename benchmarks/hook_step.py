@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--features", type=int, default=4096, help="each Linear is features x features + bias")
     parser.add_argument("--layers", type=int, default=1, help="Linear layers in the stack")
     parser.add_argument("--batch", type=int, default=128, help="samples per step")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per model (the median is shown)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per model (the median is shown)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (DDP rebuilds its buckets)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)

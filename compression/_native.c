@@ -1,7 +1,7 @@
 /* Python bindings of the THC codec's CPU kernels: randomized Hadamard transform, stochastic
  * quantization, both at once (encode), dequantization with the inverse transform (decode), table
  * lookup. Plain CPython C API: arguments are data pointers (as integers) and sizes, the GIL is
- * released while the kernels run, and large inputs are shared out among pthreads.
+ * released while the kernels run, and large inputs are shared out among torch's OpenMP threads.
  *
  * The kernels (_native_kernels.h) are compiled once per instruction set (_native_baseline.c,
  * _native_avx2.c, _native_avx512.c); the best set this CPU supports is chosen at import and
