@@ -9,9 +9,13 @@ falls back to its Python reference (with a message). INA_SANITIZE=1 builds them 
 AddressSanitizer and UndefinedBehaviorSanitizer (docs/native.md says how to run the tests so).
 """
 import os
+from distutils.errors import CCompilerError, DistutilsExecError
 from glob import glob
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+OPENMP = "-fopenmp"
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
 sanitize = SANITIZE if os.environ.get("INA_SANITIZE") == "1" else []
@@ -22,8 +26,8 @@ codec = Extension(
     sources=[f"compression/_native{part}.c" for part in ("", "_baseline", "_avx2", "_avx512")],
     depends=["compression/_native.h", "compression/_native_kernels.h"],
     # -ffp-contract=off: no FMA contraction, so the kernels round exactly like the torch path.
-    extra_compile_args=["-O3", "-ffp-contract=off", "-fopenmp", "-Wno-psabi", *sanitize],
-    extra_link_args=["-fopenmp", *sanitize],
+    extra_compile_args=["-O3", "-ffp-contract=off", OPENMP, "-Wno-psabi", *sanitize],
+    extra_link_args=[OPENMP, *sanitize],
     optional=True,
 )
 
@@ -40,4 +44,21 @@ packet_cores = [
     for source in sorted(glob("ina/*/_native.c"))
 ]
 
-setup(ext_modules=[codec, *packet_cores])
+
+
+class BuildWithoutOpenMPWhereMissing(build_ext):
+    """A compiler without OpenMP (Apple's clang) still builds the codec: its kernels then run on one thread."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, DistutilsExecError):
+            if OPENMP not in ext.extra_compile_args:
+                raise
+            print(f"{ext.name}: the compiler has no OpenMP; building it single-threaded")
+            ext.extra_compile_args = [arg for arg in ext.extra_compile_args if arg != OPENMP]
+            ext.extra_link_args = [arg for arg in ext.extra_link_args if arg != OPENMP]
+            super().build_extension(ext)
+
+
+setup(ext_modules=[codec, *packet_cores], cmdclass={"build_ext": BuildWithoutOpenMPWhereMissing})
