@@ -84,7 +84,11 @@ def parse_address(text: str, what: str = "address") -> Address:
     return host, int(port)
 
 
-def open_socket(address: Address, buffer_bytes: int = 8 << 20) -> socket.socket:
+SOCKET_BUFFER_BYTES = 8 << 20
+"""The kernel buffers every socket of ours asks for, each way."""
+
+
+def open_socket(address: Address, buffer_bytes: int = SOCKET_BUFFER_BYTES) -> socket.socket:
     """An IPv4 UDP socket bound to `address`, with large kernel buffers (bursts of a batch must fit).
 
     The kernel caps SO_RCVBUF and SO_SNDBUF at net.core.rmem_max and wmem_max; a process that

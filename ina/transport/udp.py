@@ -32,6 +32,7 @@ from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.control import Endpoint, JobSpec
 from ina.protocol import result_words
 from ina.protocol.packing import fields_per_word
+from ina.net.udp import SOCKET_BUFFER_BYTES
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
 from ina.transport.payload import pack_words, unpack_words
@@ -55,8 +56,6 @@ __all__ = ["PSTransport", "SwitchTransport"]
 
 logger = logging.getLogger(__name__)
 _INITIAL_RTO = 0.05
-_IN_FLIGHT_BYTES = 1 << 20
-"""A PS-only worker's DATA in flight at most, by default: every worker's must fit the PS's socket buffer."""
 
 
 class _UdpTransport(Transport):
@@ -293,7 +292,8 @@ class PSTransport(_UdpTransport):
     ``ps`` is the PS's UDP data address and ``ps_control`` its control API, as for
     :class:`SwitchTransport`. ``words`` (default INA_WORDS) is K, the words per packet; by default
     the most that fit one unfragmented datagram to the PS (docs/protocol.md, section 7). The window
-    defaults to 64 chunks, fewer when packets are large (at most 1 MiB in flight per worker).
+    defaults to 64 chunks, fewer when packets are large: all workers' DATA in flight together fits
+    the PS's receive buffer (``ina.net.udp.SOCKET_BUFFER_BYTES``; 2 MiB a worker for 4 workers).
     """
 
     def __init__(self, ps: Optional[str] = None, *, ps_control: Optional[str] = None, words: Optional[int] = None,
@@ -306,7 +306,9 @@ class PSTransport(_UdpTransport):
         return replace(deployment, words=ps_only_words(deployment, self._config.bits, self._lane_bits, self._requested_words))
 
     def _default_window(self, deployment: Deployment) -> int:
-        return _power_of_two_at_most(max(1, min(64, _IN_FLIGHT_BYTES // (4 * deployment.words))))
+        """At most 64 chunks, and together the workers' DATA in flight fits the PS's receive buffer."""
+        per_worker = SOCKET_BUFFER_BYTES // self._workers
+        return _power_of_two_at_most(max(1, min(64, per_worker // (4 * deployment.words))))
 
     def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
         return pack_words(encoded, codec.config.bits), codec.config.bits
