@@ -178,20 +178,25 @@ static inline void ina_tx_free(ina_tx *tx) {
 
 static inline void ina_tx_clear(ina_tx *tx) { tx->used = tx->count = 0; }
 
+/* Room in the queue's index for one more datagram: 0, or -1 when out of memory. */
+static inline int ina_tx_room_for_one(ina_tx *tx) {
+    if (tx->count < tx->capacity) return 0;
+    size_t capacity = tx->capacity ? 2 * tx->capacity : 256;
+    size_t *offset = realloc(tx->offset, capacity * sizeof *offset);
+    if (offset) tx->offset = offset;
+    uint32_t *lengths = realloc(tx->length, capacity * sizeof *lengths);
+    if (lengths) tx->length = lengths;
+    ina_addr *destination = realloc(tx->destination, capacity * sizeof *destination);
+    if (destination) tx->destination = destination;
+    if (!offset || !lengths || !destination) return -1;
+    tx->capacity = capacity;
+    return 0;
+}
+
 /* Room for one more datagram of `length` bytes to `to`: the pointer to fill, NULL when out of
  * memory. It stays valid only until the next ina_tx_add (the arena may move). */
 static inline uint8_t *ina_tx_add(ina_tx *tx, ina_addr to, size_t length) {
-    if (tx->count == tx->capacity) {
-        size_t capacity = tx->capacity ? 2 * tx->capacity : 256;
-        size_t *offset = realloc(tx->offset, capacity * sizeof *offset);
-        if (offset) tx->offset = offset;
-        uint32_t *lengths = realloc(tx->length, capacity * sizeof *lengths);
-        if (lengths) tx->length = lengths;
-        ina_addr *destination = realloc(tx->destination, capacity * sizeof *destination);
-        if (destination) tx->destination = destination;
-        if (!offset || !lengths || !destination) return NULL;
-        tx->capacity = capacity;
-    }
+    if (ina_tx_room_for_one(tx) < 0) return NULL;
     if (tx->used + length > tx->room) {
         size_t room = tx->room ? 2 * tx->room : 1 << 16;
         while (room < tx->used + length) room *= 2;
@@ -203,6 +208,16 @@ static inline uint8_t *ina_tx_add(ina_tx *tx, ina_addr to, size_t length) {
     tx->count++;
     tx->used += length;
     return tx->arena + tx->used - length;
+}
+
+/* The last datagram queued, queued again to `to`: its bytes are shared, not copied (a result to
+ * each of a job's workers). 0, or -1 when out of memory or nothing is queued. */
+static inline int ina_tx_repeat(ina_tx *tx, ina_addr to) {
+    if (tx->count == 0 || ina_tx_room_for_one(tx) < 0) return -1;
+    size_t last = tx->count - 1;
+    tx->offset[tx->count] = tx->offset[last], tx->length[tx->count] = tx->length[last], tx->destination[tx->count] = to;
+    tx->count++;
+    return 0;
 }
 
 /* Datagram i of the queue (for bindings that hand the queue to Python). */

@@ -314,11 +314,18 @@ static void send_control(PS *ps, ina_tx *tx, ina_addr to, unsigned kind, uint16_
     ps->counts[C_tx]++;
 }
 
-static void send_copy(PS *ps, ina_tx *tx, ina_addr to, const uint8_t *packet, uint32_t length) {
+/* Queue a copy of `packet` to `to`: 0, or -1 when out of memory (not sent, not counted). */
+static int send_copy(PS *ps, ina_tx *tx, ina_addr to, const uint8_t *packet, uint32_t length) {
     uint8_t *p = ina_tx_add(tx, to, length);
-    if (!p) return;
+    if (!p) return -1;
     memcpy(p, packet, length);
     ps->counts[C_tx]++;
+    return 0;
+}
+
+/* Queue the datagram just queued again, to `to`, sharing its bytes (out of memory: not sent, not counted). */
+static void send_again(PS *ps, ina_tx *tx, ina_addr to) {
+    if (ina_tx_repeat(tx, to) == 0) ps->counts[C_tx]++;
 }
 
 /* ---- the FLUSH heap, ordered by (due, order) as Python's heapq of tuples */
@@ -461,7 +468,8 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     c->generation++;
     seqmap_remove(&j->pending, entry);
     fetch_pop(j, seq); /* every worker gets the RESULT below */
-    for (uint32_t r = 0; r < j->n; r++) send_copy(ps, tx, j->workers[r], j->packet, length);
+    if (send_copy(ps, tx, j->workers[0], j->packet, length) == 0)
+        for (uint32_t r = 1; r < j->n; r++) send_again(ps, tx, j->workers[r]); /* one copy for all workers */
     ps->counts[C_completed]++;
 }
 

@@ -69,12 +69,18 @@ typedef struct {
 
 /* ------------------------------------------------------------------ the algorithm */
 
-/* Queue `length` bytes of sw->scratch to `to` (an allocation failure drops it uncounted). */
-static void send_scratch(Switch *sw, ina_addr to, size_t length, ina_tx *tx) {
+/* Queue `length` bytes of sw->scratch to `to`: 0, or -1 when out of memory (dropped uncounted). */
+static int send_scratch(Switch *sw, ina_addr to, size_t length, ina_tx *tx) {
     uint8_t *p = ina_tx_add(tx, to, length);
-    if (!p) return;
+    if (!p) return -1;
     memcpy(p, sw->scratch, length);
     sw->count[C_TX]++;
+    return 0;
+}
+
+/* Queue the datagram just queued again, to `to`, sharing its bytes (out of memory: dropped uncounted). */
+static void send_again(Switch *sw, ina_addr to, ina_tx *tx) {
+    if (ina_tx_repeat(tx, to) == 0) sw->count[C_TX]++;
 }
 
 /* Slot s's chunk (`key`) as a RESULT to every worker of its job then its PS, or as a PARTIAL
@@ -93,8 +99,13 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
     ina_write_header(sw->scratch, &h);
     ina_store_words(sw->scratch + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->words);
     size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->words;
-    if (kind == INA_RESULT)
-        for (uint32_t r = 0; r < row->fanin; r++) send_scratch(sw, row->workers[r], length, tx);
+    if (kind == INA_RESULT && row->fanin > 0) { /* one copy for every worker and the PS */
+        if (send_scratch(sw, row->workers[0], length, tx) == 0) {
+            for (uint32_t r = 1; r < row->fanin; r++) send_again(sw, row->workers[r], tx);
+            send_again(sw, row->ps, tx);
+        }
+        return;
+    }
     send_scratch(sw, row->ps, length, tx);
 }
 
