@@ -9,11 +9,11 @@ falls back to its Python reference (with a message). INA_SANITIZE=1 builds them 
 AddressSanitizer and UndefinedBehaviorSanitizer (docs/native.md says how to run the tests so).
 """
 import os
-from distutils.errors import CCompilerError, DistutilsExecError
 from glob import glob
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, ExecError
 
 OPENMP = "-fopenmp"
 
@@ -52,7 +52,7 @@ class BuildWithoutOpenMPWhereMissing(build_ext):
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
-        except (CCompilerError, DistutilsExecError):
+        except (CCompilerError, ExecError):
             if OPENMP not in ext.extra_compile_args:
                 raise
             print(f"{ext.name}: the compiler has no OpenMP; building it single-threaded")
