@@ -45,7 +45,6 @@ packet_cores = [
 ]
 
 
-
 class BuildWithoutOpenMPWhereMissing(build_ext):
     """A compiler without OpenMP (Apple's clang) still builds the codec: its kernels then run on one thread."""
 

@@ -18,6 +18,10 @@
 
 #include "_native.h"
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1; older C libraries' headers lack it, older kernels refuse it */
+#endif
+
 #define MAX_THREADS 64
 #define GRAIN 65536                /* elements worth a thread, and per claim of element-wise work */
 #define GROUP_BYTES (256 * 1024) /* rows of a transform's work item: well within L2 */
@@ -101,13 +105,13 @@ static int run_tiles(tile_job *job, size_t padded, int threads) {
 /* Fill q from quantize's parsed arguments; -1 with a Python error if they are inconsistent. */
 static int quantizer_setup(quantizer *q, float scale, float threshold, float gain, int granularity,
                            unsigned long long lower, unsigned long long base, unsigned long long width, unsigned int k0,
-                           unsigned int k1) {
+                           unsigned int k1, int values) {
     if (granularity < 1 || granularity > 256) {
         PyErr_SetString(PyExc_ValueError, "quantize: granularity must be in 1..256 (tables hold 256 bytes)");
         return -1;
     }
     q->scale = scale, q->threshold = threshold, q->gain = gain, q->top = granularity - 1, q->k0 = k0, q->k1 = k1;
-    q->values = 0;
+    q->values = values;
     const uint8_t *lowers = PTR(lower), *bases = PTR(base), *widths = PTR(width);
     for (int i = 0; i < 256; i++) {
         q->base[i] = bases[i], q->width[i] = widths[i], q->lower[i] = lowers[i];
@@ -171,7 +175,7 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
     quantize_job *job = new_job(sizeof *job);
     if (!job) return NULL;
     job->src = PTR(src), job->dst = PTR(dst);
-    if (quantizer_setup(&job->q, scale, threshold, gain, granularity, lower, base, width, k0, k1)) {
+    if (quantizer_setup(&job->q, scale, threshold, gain, granularity, lower, base, width, k0, k1, 0)) {
         free(job);
         return NULL;
     }
@@ -197,9 +201,8 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
     *job = (tile_job){.mode = ENCODE, .block = (size_t)block, .norm = norm, .k0 = sign_k0, .k1 = sign_k1,
                       .x = PTR(src), .n = (size_t)n, .indices = PTR(dst)};
     int failed = quantizer_setup(&job->q, scale, threshold, gain, granularity, lower, base, width, round_k0,
-                                 round_k1);
-    job->q.values = values;
-    failed = failed || run_tiles(job, (size_t)padded, threads);
+                                 round_k1, values) ||
+                 run_tiles(job, (size_t)padded, threads);
     free(job);
     if (failed) return NULL;
     Py_RETURN_NONE;
@@ -259,7 +262,7 @@ static PyObject *py_advise_huge(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         /* Advice: failure changes nothing. MADV_COLLAPSE (Linux 6.1) moves pages in use now. */
         madvise((void *)first, end - first, MADV_HUGEPAGE);
-        if (now) madvise((void *)first, end - first, 25 /* MADV_COLLAPSE */);
+        if (now) madvise((void *)first, end - first, MADV_COLLAPSE);
         Py_END_ALLOW_THREADS
     }
 #endif

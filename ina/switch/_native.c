@@ -99,14 +99,13 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
     ina_write_header(sw->scratch, &h);
     ina_store_words(sw->scratch + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->words);
     size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->words;
-    if (kind == INA_RESULT && row->fanin > 0) { /* one copy for every worker and the PS */
-        if (send_scratch(sw, row->workers[0], length, tx) == 0) {
-            for (uint32_t r = 1; r < row->fanin; r++) send_again(sw, row->workers[r], tx);
-            send_again(sw, row->ps, tx);
-        }
+    if (kind != INA_RESULT) {
+        send_scratch(sw, row->ps, length, tx);
         return;
     }
-    send_scratch(sw, row->ps, length, tx);
+    if (send_scratch(sw, row->workers[0], length, tx) < 0) return; /* one copy for every worker and the PS */
+    for (uint32_t r = 1; r < row->fanin; r++) send_again(sw, row->workers[r], tx);
+    send_again(sw, row->ps, tx);
 }
 
 /* The packet unchanged to its job's PS. */

@@ -30,9 +30,9 @@ import torch.distributed as dist
 
 from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.control import Endpoint, JobSpec
+from ina.net.udp import SOCKET_BUFFER_BYTES
 from ina.protocol import result_words
 from ina.protocol.packing import fields_per_word
-from ina.net.udp import SOCKET_BUFFER_BYTES
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
 from ina.transport.payload import pack_words, unpack_words
