@@ -115,26 +115,34 @@ def from_native(native: NativeFrames, address: Callable[[int, int], Address] = a
                   np.frombuffer(length, dtype=np.int64), peer.astype(np.int64).reshape(-1), addresses)  # fmt: skip
 
 
-class NativeNode:
-    """A native core (the extension object in `_core`) as a `Node` and `FrameNode` for packets and as the
-    `NativeCore` that `NativeRunner` serves: what the native PS and switch share."""
+class NativeFrameNode:
+    """A native core (the extension object in `_core`) as a `Node` and `FrameNode` for packets: what the
+    native PS, switch and sans-IO engine share. Peers cross as `_peer` names them and come back as
+    `_address` names them (`peer_of` and `address_of` unless an instance sets its own)."""
 
     _core: Any
+    _peer: Callable[[Address], tuple[int, int]] = staticmethod(peer_of)
+    _address: Callable[[int, int], Address] = staticmethod(address_of)
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self.receive_frames(Frames.of(datagrams), now).datagrams() if datagrams else []
+        return self.receive_frames(Frames.of(datagrams), now).datagrams()
 
     def receive_frames(self, frames: Frames, now: float) -> Frames:
-        return from_native(self._core.receive(*to_native(frames), now)) if len(frames) else Frames.empty()
+        return from_native(self._core.receive(*to_native(frames, self._peer), now), self._address)
 
     def tick(self, now: float) -> list[Datagram]:
         return self.tick_frames(now).datagrams()
 
     def tick_frames(self, now: float) -> Frames:
-        return from_native(self._core.tick(now))
+        return from_native(self._core.tick(now), self._address)
 
     def next_deadline(self) -> float | None:
         return self._core.next_deadline()
+
+
+class NativeNode(NativeFrameNode):
+    """A native core as a `Node` and `FrameNode`, and as the `NativeCore` that `NativeRunner` serves:
+    what the native PS and switch share."""
 
     def serve(self, fd: int) -> None:
         self._core.serve(fd)

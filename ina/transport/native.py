@@ -16,13 +16,12 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from types import ModuleType
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from ina.net.frames import Frames
-from ina.net.native import from_native, load_native, native_on_path, to_native
-from ina.net.node import Address, Datagram
+from ina.net.native import NativeFrameNode, load_native, native_on_path
+from ina.net.node import Address
 from ina.transport.chunks import result_length
 from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
@@ -129,7 +128,7 @@ class _AddressBook:
         return self._addresses[code]
 
 
-class NativeEngine:
+class NativeEngine(NativeFrameNode):
     """`Engine(config, policy)` on the native core, sans-IO: the same interface, counters and bytes.
 
     Raises ValueError for a policy the core cannot run (`native_policy`); pick the Python
@@ -139,8 +138,9 @@ class NativeEngine:
 
     def __init__(self, config: EngineConfig, policy: PriorityPolicy | None = None) -> None:
         self.config = config
-        self._book = _AddressBook()
-        self.policy, self._core = new_core(config, policy, self._book.peer, served=False)
+        book = _AddressBook()
+        self._peer, self._address = book.peer, book.address
+        self.policy, self._core = new_core(config, policy, book.peer, served=False)
         self._error: TransportError | None = None
 
     def submit(self, words: np.ndarray, *, op: Literal["sum", "max"] = "sum", lane_bits: int, index_bits: int = 0,
@@ -174,20 +174,6 @@ class NativeEngine:
     def rtt(self) -> RttState:
         return RttState(*self._core.rtt())
 
-    def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self.receive_frames(Frames.of(datagrams), now).datagrams()
-
-    def tick(self, now: float) -> list[Datagram]:
-        return self.tick_frames(now).datagrams()
-
-    def receive_frames(self, frames: Frames, now: float) -> Frames:
-        return from_native(self._core.receive(*to_native(frames, self._book.peer), now), self._book.address)
-
-    def tick_frames(self, now: float) -> Frames:
-        return from_native(self._core.tick(now), self._book.address)
-
-    def next_deadline(self) -> float | None:
-        return self._core.next_deadline()
 
 
 def engine(config: EngineConfig, policy: PriorityPolicy | None = None, path: str | None = None) -> Engine | NativeEngine:
