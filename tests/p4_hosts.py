@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -24,7 +25,11 @@ from ina.transport.udp_setup import Aggregator, deregister, locate, register  # 
 
 
 def sums(options: dict) -> dict:
-    """Jobs of `workers` engines each, all at once, every reduction checked against the direct sum."""
+    """Jobs of `workers` engines each, every reduction checked against the direct sum.
+
+    Jobs with `holds_slots` start first, in order, without their last worker, so each one's
+    partials sit in the switch when the next arrives (whatever the timing of the threads); then
+    the other jobs run, and then the holders' last workers join, again in order."""
     ps = Aggregator.configure("ps", control=options["ps_control"])
     switch = Aggregator.configure("switch", control=options["switch_control"])
     deployment = locate(ps, switch)
@@ -37,31 +42,50 @@ def sums(options: dict) -> dict:
                        lane_bits=8, priority_cap=job.get("priority_cap", 255))  # fmt: skip
         registration = register(ps, switch, deployment, spec, pick_job=True)
         sources = frozenset({deployment.switch, deployment.ps})
+        rto = job.get("rto", 0.05)
         engines = [UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=n, words=deployment.words,
                                           window=job["window"], destination=deployment.switch, sources=sources,
-                                          pool=deployment.pool, slot_base=registration.slot_base, min_rto=0.02,
-                                          initial_rto=0.05, max_rto=0.5, peer_timeout=60.0),
+                                          pool=deployment.pool, slot_base=registration.slot_base, min_rto=min(rto, 0.02),
+                                          initial_rto=rto, max_rto=max(rto, 0.5), peer_timeout=60.0),
                              sock, FixedPriority(job["priority"])) for rank, sock in enumerate(sockets)]  # fmt: skip
         values = rng.integers(0, 256 // n, size=(job["reductions"], n, job["coordinates"]), dtype=np.uint32)
         norms = rng.random((job["reductions"], n)).astype(np.float32)
-        jobs.append((registration.job, engines, values, norms))
+        jobs.append((registration.job, engines, values, norms, job.get("holds_slots", False)))
 
-    def submit(engines, values, norms, rank, futures):
+    submitted: dict[tuple[int, int], list] = {}
+
+    def submit(job_id, engines, values, norms, rank) -> None:
+        futures = submitted.setdefault((job_id, rank), [])
         for r in range(values.shape[0]):
             futures.append(("max", r, engines[rank].submit(norms[r, rank : rank + 1].view(np.uint32), op="max", lane_bits=32)))
             futures.append(("sum", r, engines[rank].submit(pack_fields(values[r, rank], 8), lane_bits=8)))
 
-    submitted: dict[tuple[int, int], list] = {}
-    threads = []
-    for job_id, engines, values, norms in jobs:
-        for rank in range(len(engines)):
-            futures = submitted.setdefault((job_id, rank), [])
-            threads.append(threading.Thread(target=submit, args=(engines, values, norms, rank, futures)))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for job_id, engines, values, norms in jobs:
+    def run(job: tuple, ranks: range) -> None:
+        threads = [threading.Thread(target=submit, args=(*job[:4], rank)) for rank in ranks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def finish(job: tuple) -> None:
+        for rank in range(len(job[1])):
+            for _, _, future in submitted[(job[0], rank)]:
+                future.result(timeout=120)
+
+    holders = [job for job in jobs if job[4]]
+    for job, window in zip(holders, [job["window"] for job in options["jobs"] if job.get("holds_slots")]):
+        claimed = switch.client().counters()["claimed"]
+        run(job, range(len(job[1]) - 1))
+        _wait_for_claims(switch, claimed, window)
+    others = [job for job in jobs if not job[4]]
+    for job in others:
+        run(job, range(len(job[1])))
+    for job in others:
+        finish(job)
+    for job in holders:
+        run(job, range(len(job[1]) - 1, len(job[1])))
+        finish(job)
+    for job_id, engines, values, norms, _ in jobs:
         for rank in range(len(engines)):
             for op, r, future in submitted[(job_id, rank)]:
                 got = future.result(timeout=120)
@@ -72,11 +96,19 @@ def sums(options: dict) -> dict:
                 if not ok:
                     failures.append([job_id, rank, op, r])
     counters = {"switch": switch.client().counters(), "ps": ps.client().counters()}
-    for job_id, engines, _, _ in jobs:
+    for job_id, engines, _, _, _ in jobs:
         for engine in engines:
             engine.close()
         deregister(ps, switch, job_id)
     return {"failures": failures, "checked": sum(len(f) for f in submitted.values()), "counters": counters}
+
+
+def _wait_for_claims(switch: Aggregator, before: int, expected: int, deadline: float = 0.3) -> None:
+    """Until the switch has claimed `expected` more slots (a lost first transmission never
+    claims one, so at most `deadline` seconds)."""
+    end = time.monotonic() + deadline
+    while switch.client().counters()["claimed"] - before < expected and time.monotonic() < end:
+        time.sleep(0.005)
 
 
 def ddp(options: dict) -> dict:

@@ -92,8 +92,11 @@ def test_two_jobs_of_different_priorities_are_exact_through_bmv2_under_loss_dupl
     for host in (network.workers, network.ps_host):
         host.impair(loss=0.02, duplicate=0.02, reorder=0.05)
     try:
-        jobs = [dict(workers=2, window=POOL, priority=1, reductions=6, coordinates=4 * WORDS * 6),
-                dict(workers=3, window=POOL, priority=9, reductions=6, coordinates=4 * WORDS * 5)]  # fmt: skip
+        # Each job's partials wait in the switch for its last worker (resending after 0.5 s, within
+        # the 1 s sweep): the high-priority job preempts the low one's, and when the low job's last
+        # worker joins, its next chunks collide with the high job's partials.
+        jobs = [dict(workers=2, window=POOL, priority=1, reductions=6, coordinates=4 * WORDS * 6, holds_slots=True, rto=0.5),
+                dict(workers=3, window=POOL, priority=9, reductions=6, coordinates=4 * WORDS * 5, holds_slots=True, rto=0.5)]  # fmt: skip
         environment = network.environment
         options = dict(host=WORKERS_IP, seed=7, jobs=jobs, switch_control=environment["INA_SWITCH_CONTROL"],
                        ps_control=environment["INA_PS_CONTROL"])  # fmt: skip
