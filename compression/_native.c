@@ -224,6 +224,26 @@ static PyObject *py_lookup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* pack_nibbles(src, n, dst, threads): n uint8 indices two to a byte into dst (ceil(n / 2) bytes);
+ * False, with dst unspecified, when an index is above 15. */
+static PyObject *py_pack_nibbles(PyObject *self, PyObject *args) {
+    unsigned long long src, dst;
+    Py_ssize_t n;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KnKi", &src, &n, &dst, &threads)) return NULL;
+    nibbles_job job = {PTR(src), PTR(dst), 0};
+    size_t pairs = (size_t)n / 2;
+    Py_BEGIN_ALLOW_THREADS
+    parallel(active->pack_nibbles, &job, pairs, GRAIN, threads_for(pairs, threads));
+    Py_END_ALLOW_THREADS
+    if (n % 2) { /* the odd one out: a byte of its own */
+        uint8_t last = job.src[n - 1];
+        job.dst[pairs] = last;
+        job.out_of_range |= last > 15;
+    }
+    return PyBool_FromLong(!job.out_of_range);
+}
+
 static PyObject *py_isas(PyObject *self, PyObject *args) {
     PyObject *names = PyList_New(0);
     for (int i = SET_COUNT - 1; names && i >= 0; i--) {
@@ -284,6 +304,9 @@ static PyMethodDef methods[] = {
      "width, round_k0, round_k1, values, threads): rotate then quantize, uint8 indices (or their table values) only."},
     {"lookup", py_lookup, METH_VARARGS,
      "lookup(src, n, dst, values, levels, threads): dst[i] = values[src[i]] (uint8; 0 beyond levels)."},
+    {"pack_nibbles", py_pack_nibbles, METH_VARARGS,
+     "pack_nibbles(src, n, dst, threads): uint8 indices two to a byte, the first in the low nibble; "
+     "False when one is above 15."},
     {"isas", py_isas, METH_NOARGS, "isas(): the instruction sets built and supported here, best first."},
     {"isa", py_isa, METH_NOARGS, "isa(): the instruction set the kernels use."},
     {"set_isa", py_set_isa, METH_VARARGS, "set_isa(name): use the kernels of that instruction set."},

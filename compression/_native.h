@@ -65,6 +65,13 @@ typedef struct {
     size_t chunks;
 } lookup_job;
 
+/* Pairs of 4-bit indices into bytes (`count` of the work: pairs), the first in the low nibble. */
+typedef struct {
+    const uint8_t *src;
+    uint8_t *dst;
+    int out_of_range; /* set when some index is above 15 */
+} nibbles_job;
+
 /* Items [0, count): threads claim `chunk` of them at a time (next is claimed atomically). */
 typedef struct {
     size_t next, count, chunk;
@@ -85,7 +92,7 @@ typedef void (*body_fn)(const void *job, work_t *work);
 typedef struct {
     const char *name;
     size_t lanes; /* blocks per tile */
-    body_fn tiles, quantize, lookup;
+    body_fn tiles, quantize, lookup, pack_nibbles;
 } kernels_t;
 
 extern const kernels_t native_baseline;

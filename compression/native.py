@@ -147,3 +147,16 @@ def lookup(indices: torch.Tensor, levels: Levels) -> torch.Tensor:
         indices.data_ptr(), indices.numel(), out.data_ptr(), levels.values.data_ptr(), levels.levels, _threads()
     )
     return out
+
+
+def pack_nibbles(indices: torch.Tensor) -> torch.Tensor | None:
+    """packing.pack_bits(indices, 4) for a contiguous uint8 CPU ``indices``, in one pass: the words
+    as int32, or None when an index is above 15."""
+    words = -(-indices.numel() // 8)
+    out = _empty(words, torch.int32)
+    octets = out.view(torch.uint8)
+    octets[-4:] = 0  # the last word's padding
+    # One thread: the pass is bound by memory, and waking a second costs more than it saves (0.18 ms
+    # against 0.31 ms for 2^22 indices here).
+    fits = _lib.pack_nibbles(indices.data_ptr(), indices.numel(), octets.data_ptr(), 1)
+    return out if fits else None

@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from . import native
 from .table import _require_int
 
 _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -62,8 +63,14 @@ def pack_bits(values: torch.Tensor, width: int) -> torch.Tensor:
     fields = _fields(width)
     if values.dim() != 1 or values.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"values must be a 1-D integer tensor, got shape {tuple(values.shape)} {values.dtype}")
+    out_of_range = ValueError(f"values must lie in 0..2**{width} - 1 for width {width}; use a larger width")
+    if width == 4 and values.dtype == torch.uint8 and values.device.type == "cpu" and native.native_available():
+        words = native.pack_nibbles(values.contiguous())  # THC's 4-bit indices: checked as they are packed
+        if words is None:
+            raise out_of_range
+        return words
     if values.numel() and (int(values.min()) < 0 or int(values.max()) >> width):
-        raise ValueError(f"values must lie in 0..2**{width} - 1 for width {width}; use a larger width")
+        raise out_of_range
     if width in _BYTE_ALIGNED:
         return _pack_bytes(values.contiguous(), width)
     wide = values.to(torch.int64)

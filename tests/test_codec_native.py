@@ -161,6 +161,25 @@ def test_lookup_of_out_of_table_indices_matches(isa):
     assert values[:16].tolist() == list(codec.config.table) and int(values[16:256].abs().sum()) == 0
 
 
+@pytest.mark.parametrize("length", LENGTHS)
+def test_4_bit_packing_matches_the_torch_path(isa, length):
+    from ina.compression import pack_bits
+
+    indices = torch.randint(0, 16, (length,), dtype=torch.uint8, generator=torch.Generator().manual_seed(length))
+    words = pack_bits(indices, 4)
+    assert words.numel() == -(-length // 8) and torch.equal(words, on_torch_path(lambda: pack_bits(indices, 4)))
+
+
+@pytest.mark.parametrize("where", [0, 2**17 + 1, 2**18 + 2])  # the first, one in a later thread's part, the odd last
+def test_4_bit_packing_refuses_an_index_above_15_anywhere(isa, where):
+    from ina.compression import pack_bits
+
+    indices = torch.zeros(2**18 + 3, dtype=torch.uint8)
+    indices[where] = 16
+    with pytest.raises(ValueError, match="0..2\\*\\*4 - 1"):
+        pack_bits(indices, 4)
+
+
 @needs_native
 def test_thread_count_does_not_change_results(isa):
     codec = THCCodec(THCConfig())

@@ -3,7 +3,7 @@
 On a little-endian host the protocol's field layout (docs/protocol.md, section 2: field j of a
 word at bits [j*w, (j+1)*w)) is the memory layout of the fields' bytes. So 8-bit lanes of uint8
 table values are those values' own bytes seen as uint32 words (no copy, no pass), their sums come
-back as the result words' bytes, and 4-bit indices pack two to a byte in one vectorized pass.
+back as the result words' bytes, and 4-bit indices pack two to a byte in one pass (`pack_bits`, in C where built).
 The rest (other widths, a GPU tensor, a big-endian host) goes through `pack_bits`/`unpack_bits`,
 which lay out the same bits.
 """
@@ -22,13 +22,8 @@ _LITTLE = sys.byteorder == "little"
 
 def pack_words(values: torch.Tensor, width: int) -> np.ndarray:
     """uint32 words of the 1-D `values` (each in 0..2**width - 1), `32 // width` fields a word, zero-padded."""
-    if _LITTLE and width in (4, 8) and values.dtype == torch.uint8 and values.device.type == "cpu" and values.dim() == 1:
-        octets = values.contiguous().numpy()
-        if width == 4:
-            if octets.size and int(octets.max()) >> 4:
-                raise ValueError("values must lie in 0..2**4 - 1 for width 4; use a larger width")
-            octets = _nibbles(octets)
-        return _padded(octets, 4).view(np.uint32)
+    if _LITTLE and width == 8 and values.dtype == torch.uint8 and values.device.type == "cpu" and values.dim() == 1:
+        return _padded(values.contiguous().numpy(), 4).view(np.uint32)
     return pack_bits(values, width).cpu().numpy().view(np.uint32)
 
 
@@ -42,12 +37,6 @@ def unpack_words(words: np.ndarray, width: int, count: int) -> torch.Tensor:
     if _LITTLE and width == 16:
         return torch.from_numpy(words.view(np.uint16)[:count].astype(np.int32))
     return unpack_bits(torch.from_numpy(words.view(np.int32)), width, count)
-
-
-def _nibbles(octets: np.ndarray) -> np.ndarray:
-    """Values 0..15 two to a byte, the first in the low nibble: bytes (a, b) read as the uint16 a | b << 8."""
-    pairs = _padded(octets, 2).view(np.uint16)
-    return (pairs | (pairs >> 4)).astype(np.uint8)
 
 
 def _padded(octets: np.ndarray, multiple: int) -> np.ndarray:
