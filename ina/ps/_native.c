@@ -395,6 +395,14 @@ static int cover_from(cover_search *s, uint32_t covered) {
     return 0;
 }
 
+/* `into` op= `piece`, word by word (SUM: modulo 2^32; MAX: unsigned). */
+static void combine(uint32_t *into, const uint32_t *piece, uint32_t words, int is_max) {
+    if (is_max)
+        for (uint32_t w = 0; w < words; w++) into[w] = into[w] > piece[w] ? into[w] : piece[w];
+    else
+        for (uint32_t w = 0; w < words; w++) into[w] += piece[w];
+}
+
 /* The result of chunk `c` into `out` if its pieces hold an exact cover: 1, else 0 (-1: out of memory). */
 static int chunk_result(const chunk *c, uint32_t full, uint32_t *out) {
     uint32_t n = c->count, stack_ids[128], stack_chosen[128], stack_dead[512];
@@ -422,13 +430,7 @@ static int chunk_result(const chunk *c, uint32_t full, uint32_t *out) {
     if (found == 1) {
         const uint32_t words = c->words, *first = c->sums + (size_t)chosen[0] * words;
         memcpy(out, first, words * sizeof *out);
-        for (uint32_t k = 1; k < nchosen; k++) {
-            const uint32_t *piece = c->sums + (size_t)chosen[k] * words;
-            if (c->format.flags & INA_FLAG_MAX)
-                for (uint32_t w = 0; w < words; w++) out[w] = out[w] > piece[w] ? out[w] : piece[w];
-            else
-                for (uint32_t w = 0; w < words; w++) out[w] += piece[w];
-        }
+        for (uint32_t k = 1; k < nchosen; k++) combine(out, c->sums + (size_t)chosen[k] * words, words, c->format.flags & INA_FLAG_MAX);
     }
 done:
     if (ids != stack_ids) free(ids);
@@ -458,20 +460,27 @@ static void fetch_pop(job *j, uint32_t seq) {
     if (e >= 0) seqmap_remove(&j->fetches, e);
 }
 
-/* Send the RESULT to every worker of the job and keep it for replays. */
+/* Send the RESULT to every worker of the job and keep it for replays. It is written straight
+ * into the send queue, and queued once more for each other worker without a copy. */
 static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx *tx) {
     chunk *c = &j->chunks[entry];
     uint32_t seq = j->pending.key[entry], length = INA_HEADER_BYTES + 4 * c->words;
-    write_control(j->packet, INA_RESULT, j->id, seq, c->format, j->full);
-    ina_store_words(j->packet + INA_HEADER_BYTES, sums, c->words);
-    ring_put(j, seq, c->format.flags != 0, j->packet, length);
+    uint8_t *packet = ina_tx_add(tx, j->workers[0], length);
+    int queued = packet != NULL;
+    if (!queued) packet = j->packet; /* out of memory: kept for replays, not sent (not counted) */
+    write_control(packet, INA_RESULT, j->id, seq, c->format, j->full);
+    ina_store_words(packet + INA_HEADER_BYTES, sums, c->words);
+    ring_put(j, seq, c->format.flags != 0, packet, length);
     c->generation++;
     seqmap_remove(&j->pending, entry);
     fetch_pop(j, seq); /* every worker gets the RESULT below */
-    if (send_copy(ps, tx, j->workers[0], j->packet, length) == 0)
-        for (uint32_t r = 1; r < j->n; r++) send_again(ps, tx, j->workers[r]); /* one copy for all workers */
+    if (queued) {
+        ps->counts[C_tx]++;
+        for (uint32_t r = 1; r < j->n; r++) send_again(ps, tx, j->workers[r]);
+    }
     ps->counts[C_completed]++;
 }
+
 
 /* Add a piece to its chunk: `words` big-endian sums in `payload`, or with `table` the lanes of its indices. The
  * chunk's entry if it is still incomplete, -1 if it completed or the piece was refused. */
@@ -509,11 +518,16 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *pay
             return entry;
         }
     }
-    if (c->count == c->room || (size_t)(c->count + 1) * c->words > c->sums_room) { /* entries are reused: sizes vary */
+    /* Without a switch every piece is one worker's DATA (its bitmap is checked to be 1 << rank), so
+     * the pieces of a chunk are disjoint, and each is summed into the first on arrival: one
+     * buffer, and the chunk's sums are ready when its last piece comes. */
+    int summed = !j->has_switch;
+    size_t stored = summed ? 1 : (size_t)c->count + 1;
+    if (c->count == c->room || stored * c->words > c->sums_room) { /* entries are reused: sizes vary */
         uint32_t room = c->room > c->count ? c->room : (c->room ? 2 * c->room : j->n);
         uint32_t *bitmaps = realloc(c->bitmaps, room * sizeof *bitmaps);
         if (bitmaps) c->bitmaps = bitmaps, c->room = room;
-        size_t sums_room = (size_t)c->room * c->words;
+        size_t sums_room = (summed ? 1 : (size_t)c->room) * c->words;
         uint32_t *grown = bitmaps && sums_room > c->sums_room ? realloc(c->sums, sums_room * sizeof *grown) : c->sums;
         if (!bitmaps || !grown) {
             ps->counts[C_overloaded]++; /* out of memory: refused like a piece beyond the bound */
@@ -521,14 +535,19 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *pay
         }
         if (sums_room > c->sums_room) c->sums = grown, c->sums_room = sums_room;
     }
-    uint32_t *into = c->sums + (size_t)c->count * c->words;
+    uint32_t *into = summed && c->count ? j->scratch : c->sums + (size_t)c->count * c->words;
     if (table) lookup_lanes(table, payload, j->words, into);
     else ina_load_words(into, payload, c->words);
+    if (into == j->scratch) combine(c->sums, j->scratch, c->words, c->format.flags & INA_FLAG_MAX);
     c->bitmaps[c->count++] = bitmap;
     c->disjoint &= !(bitmap & c->held);
     c->held |= bitmap;
     ps->counts[C_pieces]++;
     if (c->held != j->full) return entry;
+    if (summed) {
+        complete(ps, j, entry, c->sums, tx);
+        return -1;
+    }
     int found = chunk_result(c, j->full, j->scratch);
     if (found != 1) return entry;
     complete(ps, j, entry, j->scratch, tx);
