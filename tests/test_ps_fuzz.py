@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(not NATIVE_BUILT, reason="the native PS is not b
 
 K = 4
 OWN_WORDS = 6  # a PS-only job's own K
+SHUFFLED_WORDS = 7  # 4-bit indices: the native PS's byte shuffles take 4 words at a time, then the rest
 SWITCH = ("10.0.0.100", 47100)
 STRANGER = ("10.0.0.66", 6666)
 TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
@@ -39,6 +40,7 @@ SPECS = {
     1: JobSpec(1, _workers(1, 3), window=2, switch=Endpoint(*SWITCH)),  # lanes through the switch
     2: JobSpec(2, _workers(2, 4), window=1, index_bits=4, table=TABLE),  # PS-only indices at the PS's K
     3: JobSpec(3, _workers(3, 2), window=2, index_bits=3, lane_bits=16, table=tuple(range(8)), words=OWN_WORDS),
+    4: JobSpec(4, _workers(4, 3), window=2, index_bits=4, table=TABLE, words=SHUFFLED_WORDS),
 }
 SOURCES = [SWITCH, STRANGER] + [w.addr for spec in SPECS.values() for w in spec.workers]
 
@@ -46,7 +48,7 @@ SOURCES = [SWITCH, STRANGER] + [w.addr for spec in SPECS.values() for w in spec.
 @st.composite
 def packets(draw: st.DrawFn) -> bytes:
     """A packet for one of the jobs, mostly well formed, any field possibly off."""
-    job = draw(st.sampled_from([1, 2, 3, 3, 99]))
+    job = draw(st.sampled_from([1, 2, 3, 3, 4, 99]))
     spec = SPECS.get(job, SPECS[1])
     n, words = spec.fanin, spec.words or K
     kind = draw(st.sampled_from([Kind.DATA] * 4 + [Kind.PARTIAL] * 2 + [Kind.RESULT] * 2 + [Kind.FLUSH, Kind.STATUS]))

@@ -220,10 +220,27 @@ __attribute__((target("ssse3"))) static uint32_t lookup_nibbles(const uint8_t *l
     }
     return w;
 }
+
+/* lookup_nibbles, its lanes added to the host-order words `sums` (32-bit wrapping) instead of stored. */
+__attribute__((target("ssse3"))) static uint32_t lookup_nibbles_add(const uint8_t *levels, const uint8_t *payload,
+                                                                     uint32_t words, uint32_t *sums) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)levels);
+    const __m128i reverse = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12), low = _mm_set1_epi8(0x0F);
+    uint32_t w = 0;
+    for (; w + 4 <= words; w += 4, sums += 8) {
+        __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(payload + 4 * w)), reverse);
+        __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(x, low));
+        __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low));
+        __m128i *a = (__m128i *)sums, *b = (__m128i *)(sums + 4);
+        _mm_storeu_si128(a, _mm_add_epi32(_mm_loadu_si128(a), _mm_unpacklo_epi8(lo, hi)));
+        _mm_storeu_si128(b, _mm_add_epi32(_mm_loadu_si128(b), _mm_unpackhi_epi8(lo, hi)));
+    }
+    return w;
+}
 #endif
 
-/* `words` big-endian index words to lanes in `out` (out_bytes, host-order words). */
-static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *out) {
+/* `words` big-endian index words to lanes in `out` (`out_bytes`, host-order words). */
+static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *out, uint32_t out_bytes) {
     uint8_t *o = (uint8_t *)out;
 #if defined(__x86_64__)
     if (t->nibbles) { /* the rest of the words, if any, by the table below */
@@ -240,7 +257,7 @@ static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words
     case 16: LOOKUP_RUN(16) break;
     default: LOOKUP_RUN(t->entry) break;
     }
-    memset(o, 0, (size_t)((uint8_t *)out + t->out_bytes - o)); /* the last word's tail */
+    memset(o, 0, (size_t)((uint8_t *)out + out_bytes - o)); /* the last word's tail */
 }
 
 static void job_free(job *j) {
@@ -403,6 +420,26 @@ static void combine(uint32_t *into, const uint32_t *piece, uint32_t words, int i
         for (uint32_t w = 0; w < words; w++) into[w] += piece[w];
 }
 
+/* The lanes of `words` index words added to `sums` (table->out_bytes of host-order words), by byte
+ * shuffles where they apply; `scratch` takes the lanes of the words they leave. */
+static void add_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *sums, uint32_t *scratch) {
+    uint32_t done = 0; /* index words whose lanes (8 bytes each) are added */
+#if defined(__x86_64__)
+    if (t->nibbles) done = lookup_nibbles_add(t->levels, payload, words, sums);
+#endif
+    uint32_t rest = t->out_bytes - 8 * done;
+    lookup_lanes(t, payload + 4 * done, words - done, scratch, rest);
+    combine(sums + 2 * done, scratch, rest / 4, 0);
+}
+
+/* `words` big-endian words of `payload` combined into `sums` (SUM: modulo 2^32; MAX: unsigned). */
+static void add_words(uint32_t *sums, const uint8_t *payload, uint32_t words, int is_max) {
+    for (uint32_t w = 0; w < words; w++) {
+        uint32_t v = ina_load32(payload + 4 * w);
+        sums[w] = is_max ? (sums[w] > v ? sums[w] : v) : sums[w] + v;
+    }
+}
+
 /* The result of chunk `c` into `out` if its pieces hold an exact cover: 1, else 0 (-1: out of memory). */
 static int chunk_result(const chunk *c, uint32_t full, uint32_t *out) {
     uint32_t n = c->count, stack_ids[128], stack_chosen[128], stack_dead[512];
@@ -535,10 +572,14 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *pay
         }
         if (sums_room > c->sums_room) c->sums = grown, c->sums_room = sums_room;
     }
-    uint32_t *into = summed && c->count ? j->scratch : c->sums + (size_t)c->count * c->words;
-    if (table) lookup_lanes(table, payload, j->words, into);
-    else ina_load_words(into, payload, c->words);
-    if (into == j->scratch) combine(c->sums, j->scratch, c->words, c->format.flags & INA_FLAG_MAX);
+    if (summed && c->count) {
+        if (table) add_lanes(table, payload, j->words, c->sums, j->scratch);
+        else add_words(c->sums, payload, c->words, c->format.flags & INA_FLAG_MAX);
+    } else {
+        uint32_t *into = c->sums + (size_t)c->count * c->words;
+        if (table) lookup_lanes(table, payload, j->words, into, table->out_bytes);
+        else ina_load_words(into, payload, c->words);
+    }
     c->bitmaps[c->count++] = bitmap;
     c->disjoint &= !(bitmap & c->held);
     c->held |= bitmap;
