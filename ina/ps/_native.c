@@ -205,35 +205,41 @@ static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, un
 #include <immintrin.h>
 
 /* 4-bit indices into 8-bit lanes, 16 levels: one byte shuffle looks up 16 indices at once. Each
- * big-endian word's bytes are reversed first; index 2k of a word is the low nibble of its byte k. */
+ * big-endian word's bytes are reversed first; index 2k of a word is the low nibble of its byte k.
+ * The lanes of the 4 words at `payload`: the first 16 in `*first`, the next 16 in `*second`. */
+__attribute__((target("ssse3"))) static inline void nibble_lanes(__m128i table, const uint8_t *payload, __m128i *first,
+                                                                  __m128i *second) {
+    const __m128i reverse = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12), low = _mm_set1_epi8(0x0F);
+    __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)payload), reverse);
+    __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(x, low));
+    __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low));
+    *first = _mm_unpacklo_epi8(lo, hi), *second = _mm_unpackhi_epi8(lo, hi);
+}
+
+/* The lanes of whole groups of 4 index words stored at `o`: the words done. */
 __attribute__((target("ssse3"))) static uint32_t lookup_nibbles(const uint8_t *levels, const uint8_t *payload, uint32_t words,
                                                                  uint8_t *o) {
     const __m128i table = _mm_loadu_si128((const __m128i *)levels);
-    const __m128i reverse = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12), low = _mm_set1_epi8(0x0F);
     uint32_t w = 0;
     for (; w + 4 <= words; w += 4, o += 32) {
-        __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(payload + 4 * w)), reverse);
-        __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(x, low));
-        __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low));
-        _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi8(lo, hi));
-        _mm_storeu_si128((__m128i *)(o + 16), _mm_unpackhi_epi8(lo, hi));
+        __m128i first, second;
+        nibble_lanes(table, payload + 4 * w, &first, &second);
+        _mm_storeu_si128((__m128i *)o, first);
+        _mm_storeu_si128((__m128i *)(o + 16), second);
     }
     return w;
 }
 
-/* lookup_nibbles, its lanes added to the host-order words `sums` (32-bit wrapping) instead of stored. */
+/* The same lanes added to the host-order words `sums` (32-bit wrapping) instead of stored. */
 __attribute__((target("ssse3"))) static uint32_t lookup_nibbles_add(const uint8_t *levels, const uint8_t *payload,
                                                                      uint32_t words, uint32_t *sums) {
     const __m128i table = _mm_loadu_si128((const __m128i *)levels);
-    const __m128i reverse = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12), low = _mm_set1_epi8(0x0F);
     uint32_t w = 0;
     for (; w + 4 <= words; w += 4, sums += 8) {
-        __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(payload + 4 * w)), reverse);
-        __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(x, low));
-        __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low));
-        __m128i *a = (__m128i *)sums, *b = (__m128i *)(sums + 4);
-        _mm_storeu_si128(a, _mm_add_epi32(_mm_loadu_si128(a), _mm_unpacklo_epi8(lo, hi)));
-        _mm_storeu_si128(b, _mm_add_epi32(_mm_loadu_si128(b), _mm_unpackhi_epi8(lo, hi)));
+        __m128i first, second, *a = (__m128i *)sums, *b = (__m128i *)(sums + 4);
+        nibble_lanes(table, payload + 4 * w, &first, &second);
+        _mm_storeu_si128(a, _mm_add_epi32(_mm_loadu_si128(a), first));
+        _mm_storeu_si128(b, _mm_add_epi32(_mm_loadu_si128(b), second));
     }
     return w;
 }
@@ -331,13 +337,12 @@ static void send_control(PS *ps, ina_tx *tx, ina_addr to, unsigned kind, uint16_
     ps->counts[C_tx]++;
 }
 
-/* Queue a copy of `packet` to `to`: 0, or -1 when out of memory (not sent, not counted). */
-static int send_copy(PS *ps, ina_tx *tx, ina_addr to, const uint8_t *packet, uint32_t length) {
+/* Queue a copy of `packet` to `to` (out of memory: not sent, not counted). */
+static void send_copy(PS *ps, ina_tx *tx, ina_addr to, const uint8_t *packet, uint32_t length) {
     uint8_t *p = ina_tx_add(tx, to, length);
-    if (!p) return -1;
+    if (!p) return;
     memcpy(p, packet, length);
     ps->counts[C_tx]++;
-    return 0;
 }
 
 /* Queue the datagram just queued again, to `to`, sharing its bytes (out of memory: not sent, not counted). */
@@ -517,7 +522,6 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     }
     ps->counts[C_completed]++;
 }
-
 
 /* Add a piece to its chunk: `words` big-endian sums in `payload`, or with `table` the lanes of its indices. The
  * chunk's entry if it is still incomplete, -1 if it completed or the piece was refused. */
