@@ -58,19 +58,22 @@ def _unpack_bytes(words: torch.Tensor, width: int, count: int) -> torch.Tensor:
     return octets[:count].clone()
 
 
+def _out_of_range(width: int) -> ValueError:
+    return ValueError(f"values must lie in 0..2**{width} - 1 for width {width}; use a larger width")
+
+
 def pack_bits(values: torch.Tensor, width: int) -> torch.Tensor:
     """Pack a 1-D tensor of integers in [0, 2**width) into int32 words, LSB-first fields."""
     fields = _fields(width)
     if values.dim() != 1 or values.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"values must be a 1-D integer tensor, got shape {tuple(values.shape)} {values.dtype}")
-    out_of_range = ValueError(f"values must lie in 0..2**{width} - 1 for width {width}; use a larger width")
     if width == 4 and values.dtype == torch.uint8 and values.device.type == "cpu" and native.native_available():
         words = native.pack_nibbles(values.contiguous())  # THC's 4-bit indices: checked as they are packed
         if words is None:
-            raise out_of_range
+            raise _out_of_range(width)
         return words
     if values.numel() and (int(values.min()) < 0 or int(values.max()) >> width):
-        raise out_of_range
+        raise _out_of_range(width)
     if width in _BYTE_ALIGNED:
         return _pack_bytes(values.contiguous(), width)
     wide = values.to(torch.int64)

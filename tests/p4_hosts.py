@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,15 @@ from ina.transport.engine import EngineConfig  # noqa: E402
 from ina.transport.priority import FixedPriority  # noqa: E402
 from ina.transport.udp_engine import UdpEngine  # noqa: E402
 from ina.transport.udp_setup import Aggregator, deregister, locate, register  # noqa: E402
+
+
+class _Job(NamedTuple):
+    id: int
+    engines: list[UdpEngine]
+    values: np.ndarray  # (reductions, workers, coordinates)
+    norms: np.ndarray  # (reductions, workers)
+    window: int
+    holds_slots: bool
 
 
 def sums(options: dict) -> dict:
@@ -50,56 +60,56 @@ def sums(options: dict) -> dict:
                              sock, FixedPriority(job["priority"])) for rank, sock in enumerate(sockets)]  # fmt: skip
         values = rng.integers(0, 256 // n, size=(job["reductions"], n, job["coordinates"]), dtype=np.uint32)
         norms = rng.random((job["reductions"], n)).astype(np.float32)
-        jobs.append((registration.job, engines, values, norms, job.get("holds_slots", False)))
+        jobs.append(_Job(registration.job, engines, values, norms, job["window"], job.get("holds_slots", False)))
 
     submitted: dict[tuple[int, int], list] = {}
 
-    def submit(job_id, engines, values, norms, rank) -> None:
-        futures = submitted.setdefault((job_id, rank), [])
-        for r in range(values.shape[0]):
-            futures.append(("max", r, engines[rank].submit(norms[r, rank : rank + 1].view(np.uint32), op="max", lane_bits=32)))
-            futures.append(("sum", r, engines[rank].submit(pack_fields(values[r, rank], 8), lane_bits=8)))
+    def submit(job: _Job, rank: int) -> None:
+        futures = submitted.setdefault((job.id, rank), [])
+        for r in range(job.values.shape[0]):
+            futures.append(("max", r, job.engines[rank].submit(job.norms[r, rank : rank + 1].view(np.uint32), op="max",
+                                                                lane_bits=32)))  # fmt: skip
+            futures.append(("sum", r, job.engines[rank].submit(pack_fields(job.values[r, rank], 8), lane_bits=8)))
 
-    def run(job: tuple, ranks: range) -> None:
-        threads = [threading.Thread(target=submit, args=(*job[:4], rank)) for rank in ranks]
+    def run(job: _Job, ranks: range) -> None:
+        threads = [threading.Thread(target=submit, args=(job, rank)) for rank in ranks]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
 
-    def finish(job: tuple) -> None:
-        for rank in range(len(job[1])):
-            for _, _, future in submitted[(job[0], rank)]:
+    def finish(job: _Job) -> None:
+        for rank in range(len(job.engines)):
+            for _, _, future in submitted[(job.id, rank)]:
                 future.result(timeout=120)
 
-    holders = [job for job in jobs if job[4]]
-    for job, window in zip(holders, [job["window"] for job in options["jobs"] if job.get("holds_slots")]):
+    holders, others = [job for job in jobs if job.holds_slots], [job for job in jobs if not job.holds_slots]
+    for job in holders:
         claimed = switch.client().counters()["claimed"]
-        run(job, range(len(job[1]) - 1))
-        _wait_for_claims(switch, claimed, window)
-    others = [job for job in jobs if not job[4]]
+        run(job, range(len(job.engines) - 1))
+        _wait_for_claims(switch, claimed, job.window)
     for job in others:
-        run(job, range(len(job[1])))
+        run(job, range(len(job.engines)))
     for job in others:
         finish(job)
     for job in holders:
-        run(job, range(len(job[1]) - 1, len(job[1])))
+        run(job, range(len(job.engines) - 1, len(job.engines)))
         finish(job)
-    for job_id, engines, values, norms, _ in jobs:
-        for rank in range(len(engines)):
-            for op, r, future in submitted[(job_id, rank)]:
+    for job in jobs:
+        for rank in range(len(job.engines)):
+            for op, r, future in submitted[(job.id, rank)]:
                 got = future.result(timeout=120)
                 if op == "sum":
-                    ok = np.array_equal(unpack_fields(got, 8, values.shape[2]), values[r].sum(axis=0))
+                    ok = np.array_equal(unpack_fields(got, 8, job.values.shape[2]), job.values[r].sum(axis=0))
                 else:
-                    ok = got.view(np.float32)[0] == norms[r].max()
+                    ok = got.view(np.float32)[0] == job.norms[r].max()
                 if not ok:
-                    failures.append([job_id, rank, op, r])
+                    failures.append([job.id, rank, op, r])
     counters = {"switch": switch.client().counters(), "ps": ps.client().counters()}
-    for job_id, engines, _, _, _ in jobs:
-        for engine in engines:
+    for job in jobs:
+        for engine in job.engines:
             engine.close()
-        deregister(ps, switch, job_id)
+        deregister(ps, switch, job.id)
     return {"failures": failures, "checked": sum(len(f) for f in submitted.values()), "counters": counters}
 
 
