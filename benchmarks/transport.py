@@ -16,15 +16,15 @@ Every reduction starts after a barrier; its time is the slowest rank's, and the 
 the median over `--repeats` (after one warm-up), and its ratio to the collective's. "chunks/s"
 is one worker's DATA packets per second; "fp32 GB/s" is N * 4 bytes per second, the fp32 gradient the
 reduction stands for; "worker CPU ms" is the CPU time (user and system, every thread, the
-barriers' too) of one worker process per reduction, the mean over ranks: what the transport
-costs a worker, where the seconds also count the aggregators and waiting. All transports run in the same processes, one after the other, so
-their numbers are comparable; the machine's load is not, so compare rows of one run.
+barriers' too; `time.process_time`, to the microsecond) of one worker process per reduction, the mean over ranks: what the transport
+costs a worker, where the seconds also count the aggregators and waiting. All transports run in
+the same processes, taking turns (one reduction each per round), so their numbers are comparable
+even as the machine's load changes; compare rows of one run.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -34,7 +34,10 @@ LANE_BITS = 8  # 4 workers x g = 30 <= 255
 def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[str, str]], sizes: list[int],
             repeats: int) -> dict[tuple[str, int], tuple[list[float], int, float, int]]:  # fmt: skip
     """On every rank: per (transport, N), this rank's seconds per timed reduction, and per reduction the
-    bytes it sent, its CPU seconds, and the job's K (0 for the collective)."""
+    bytes it sent, its CPU seconds, and the job's K (0 for the collective).
+
+    The transports take turns, one reduction each per round, so that the machine's changing load
+    falls on all of them alike."""
     import torch
     import torch.distributed as dist
 
@@ -45,36 +48,38 @@ def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[s
     group = dist.group.WORLD
     generator = torch.Generator().manual_seed(rank)
     vectors = {n: torch.randint(0, 16, (n,), dtype=torch.uint8, generator=generator) for n in sizes}
-    measured = {}
-    for name in names:
-        transport = create_transport(name, group, **options.get(name, {}))
-        transport.attach(codec, group)
-        try:
-            for n in sizes:
-                # What the hook's encoder hands this transport, fresh for every reduction (a
-                # transport may sum into it): the indices, or their table values.
-                encoded = [codec.table_values(vectors[n]) if transport.takes_values else vectors[n]
-                           for _ in range(repeats + 1)]  # fmt: skip
-                transport.table_sum(encoded.pop(), codec, workers, bucket=0).wait()  # warm-up
-                sent_before, seconds, cpu_before = transport.bytes_sent, [], _cpu()
-                for _ in range(repeats):
+    transports = {}
+    try:
+        for name in names:
+            transports[name] = create_transport(name, group, **options.get(name, {}))
+            transports[name].attach(codec, group)
+        measured = {}
+        for n in sizes:
+            # What the hook's encoder hands each transport, fresh for every reduction (a transport
+            # may sum into it): the indices, or their table values.
+            encoded = {name: [codec.table_values(vectors[n]) if transport.takes_values else vectors[n]
+                              for _ in range(repeats + 1)] for name, transport in transports.items()}  # fmt: skip
+            for name, transport in transports.items():
+                transport.table_sum(encoded[name].pop(), codec, workers, bucket=0).wait()  # warm-up
+            seconds = {name: [] for name in names}
+            cpu = dict.fromkeys(names, 0.0)
+            sent_before = {name: transport.bytes_sent for name, transport in transports.items()}
+            for _ in range(repeats):
+                for name, transport in transports.items():
+                    cpu_before = time.process_time()
                     dist.barrier()
                     started = time.perf_counter()
-                    transport.table_sum(encoded.pop(), codec, workers, bucket=0).wait()
-                    seconds.append(time.perf_counter() - started)
-                cpu = (_cpu() - cpu_before) / repeats
-                sent = (transport.bytes_sent - sent_before) // repeats
-                measured[(name, n)] = (seconds, sent, cpu, getattr(transport, "words", 0))
-        finally:
-            dist.barrier()  # no rank closes (rank 0 deregisters) while another still needs the job
+                    transport.table_sum(encoded[name].pop(), codec, workers, bucket=0).wait()
+                    seconds[name].append(time.perf_counter() - started)
+                    cpu[name] += time.process_time() - cpu_before
+            for name, transport in transports.items():
+                sent = (transport.bytes_sent - sent_before[name]) // repeats
+                measured[(name, n)] = (seconds[name], sent, cpu[name] / repeats, getattr(transport, "words", 0))
+        return measured
+    finally:
+        dist.barrier()  # no rank closes (rank 0 deregisters) while another still needs the job
+        for transport in transports.values():
             transport.close()
-    return measured
-
-
-def _cpu() -> float:
-    """CPU seconds this process has used, in every thread."""
-    times = os.times()
-    return times.user + times.system
 
 
 def _median_slowest(reports: list[dict], name: str, n: int, repeats: int) -> float:

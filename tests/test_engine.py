@@ -314,24 +314,42 @@ def fetch(seq: int, *, job: int = 7, **fields) -> bytes:
     return Header(Kind.FETCH, job, seq, **({"slot": (5 + seq) % 16, "lane_bits": 8} | fields)).pack()
 
 
-def run_chunks(engine: Engine, chunks: int, now: float = 0.0) -> list[Datagram]:
-    """Submit `chunks` chunks and answer each with the RESULT (sums seq + 100) as it goes out; the RESULTs."""
-    engine.submit(np.zeros(chunks * K, dtype=np.uint32), lane_bits=8, now=now)
+def run_chunks(engine: Engine, chunks: int, now: float = 0.0, *, short: int = 0) -> list[Datagram]:
+    """Submit `chunks` chunks (the last `short` words short of K) and answer each with the RESULT (sums
+    seq + 100, K words, also for the short chunk) as it goes out; the RESULTs."""
+    engine.submit(np.zeros(chunks * K - short, dtype=np.uint32), lane_bits=8, now=now)
     results, sent = [], engine.tick(now)
     while sent:
-        replies = [result_for(d, np.full(K, parse(d.data, K)[0].seq + 100)) for d in sent]
+        replies = [result_for(d, np.arange(K) + parse(d.data, K)[0].seq + 100) for d in sent]
         results += replies
         sent = engine.receive(replies, now)
     assert engine.idle
     return results
 
 
-def test_a_fetch_from_the_ps_is_answered_with_the_result_as_received():
+def hand_back(engine: Engine) -> list:
+    """`engine.completed()`, whose sums the caller then overwrites, as it may."""
+    done = engine.completed()
+    for _, sums in done:
+        sums[:] = 0xDEADBEEF
+    return done
+
+
+# A reduction's results are kept while it is held, and after it is handed back (the native core
+# keeps a held reduction's payloads in its output, and copies them out when it hands it back).
+HANDED_BACK = pytest.mark.parametrize("handed_back", [False, True], ids=["held", "handed-back"])
+
+
+@HANDED_BACK
+@pytest.mark.parametrize("short", [0, K - 1], ids=["whole-chunks", "short-last-chunk"])
+def test_a_fetch_from_the_ps_is_answered_with_the_result_as_received(handed_back, short):
     engine = Engine(config(window=2))
-    results = run_chunks(engine, 3)
-    out = engine.receive([Datagram(fetch(1), PS)], 0.01)
-    assert out == [Datagram(results[1].data, PS)]
-    assert engine.counters["fetch_answered"] == 1 and engine.counters["delivered"] == 3
+    results = run_chunks(engine, 3, short=short)
+    if handed_back:
+        assert [handle for handle, _ in hand_back(engine)] == [0]
+    out = engine.receive([Datagram(fetch(s), PS) for s in (2, 1)], 0.01)
+    assert out == [Datagram(results[2].data, PS), Datagram(results[1].data, PS)]
+    assert engine.counters["fetch_answered"] == 2 and engine.counters["delivered"] == 3
 
 
 def test_a_fetch_for_a_chunk_not_held_is_counted_and_not_answered():
@@ -344,10 +362,13 @@ def test_a_fetch_for_a_chunk_not_held_is_counted_and_not_answered():
     assert engine.counters["fetch_missing"] == 3 and engine.counters["fetch_answered"] == 0
 
 
-def test_only_the_newest_2w_results_are_kept():
+@HANDED_BACK
+def test_only_the_newest_2w_results_are_kept(handed_back):
     window = 3
     engine = Engine(config(window=window))
     results = run_chunks(engine, 4 * window + 1)
+    if handed_back:
+        assert len(hand_back(engine)) == 1
     out = engine.receive([Datagram(fetch(s), PS) for s in range(4 * window + 1)], 1.0)
     assert out == [Datagram(r.data, PS) for r in results[-2 * window:]]
     assert engine.counters["fetch_missing"] == 2 * window + 1
@@ -355,7 +376,9 @@ def test_only_the_newest_2w_results_are_kept():
 
 def test_fetches_name_chunks_by_their_wire_seq_across_the_wrap():
     engine = Engine(config(window=2, first_seq=2**32 - 2))
-    results = run_chunks(engine, 4)
+    results = run_chunks(engine, 1) + run_chunks(engine, 2)
+    assert len(hand_back(engine)) == 2  # the first three chunks' reductions
+    results += run_chunks(engine, 1)
     out = engine.receive([Datagram(fetch(s), PS) for s in (2**32 - 2, 2**32 - 1, 0, 1, 2)], 1.0)
     assert out == [Datagram(r.data, PS) for r in results]
     assert engine.counters["fetch_missing"] == 1
@@ -380,7 +403,9 @@ def test_in_ps_only_mode_the_ps_is_the_destination():
     (data,) = engine.tick(0.0)
     result = result_for(data, np.ones(K), source=PS)
     engine.receive([result], 0.001)
-    assert engine.receive([Datagram(fetch(0, slot=0), PS)], 0.002) == [Datagram(result.data, PS)]
+    # The PS's ring holds every result a worker may miss, so the worker keeps none to be fetched.
+    assert engine.receive([Datagram(fetch(0, slot=0), PS)], 0.002) == []
+    assert engine.counters["fetch_missing"] == 1 and engine.counters["fetch_answered"] == 0
 
 
 def test_the_config_names_its_ps_from_the_result_sources():

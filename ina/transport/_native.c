@@ -56,10 +56,12 @@ typedef struct {
     uint64_t seq, end;
 } timer;
 
+/* A RESULT kept to answer FETCH. While its reduction is held, a whole chunk's payload is the
+ * reduction's own `out` (the RESULT's words, byte-swapped): only the header is copied here. */
 typedef struct {
-    uint64_t seq;
-    int live;
-    uint32_t length, room;
+    uint64_t seq, handle;
+    uint32_t index, length, room;
+    int live, in_out; /* in_out: `packet` holds the header, `out` of reduction `handle` the payload */
     uint8_t *packet;
 } kept_result;
 
@@ -298,19 +300,49 @@ static double next_deadline(void *self) {
     return due;
 }
 
-static void keep_result(Engine *e, uint64_t seq, const uint8_t *data, uint32_t length) {
-    kept_result *k = &e->results[seq % (2 * (uint64_t)e->window)];
-    if (k->room < length) {
-        uint8_t *grown = realloc(k->packet, length);
-        if (!grown) {
-            k->live = 0; /* not kept: a FETCH for it is counted missing */
-            return;
-        }
-        k->packet = grown, k->room = length;
+static int room_for(kept_result *k, uint32_t length) {
+    if (k->room >= length) return 1;
+    uint8_t *grown = realloc(k->packet, length);
+    if (!grown) return 0;
+    k->packet = grown, k->room = length;
+    return 1;
+}
+
+static const uint32_t *payload_in_out(Engine *e, const kept_result *k) {
+    const reduction *r = reduction_of(e, k->handle);
+    return (const uint32_t *)r->out.buf + (size_t)k->index * r->per_result;
+}
+
+/* Keep chunk `c`'s RESULT (`take` of its words fill `out`). In PS-only mode the PS's ring holds
+ * every result a worker may still miss (docs/protocol.md, section 8): nothing is kept. */
+static void keep_result(Engine *e, const reduction *r, const chunk *c, const uint8_t *data, uint32_t length, size_t take) {
+    if (e->ps_only) return;
+    kept_result *k = &e->results[c->seq % (2 * (uint64_t)e->window)];
+    int in_out = take == r->per_result;
+    uint32_t copied = in_out ? INA_HEADER_BYTES : length;
+    if (!room_for(k, copied)) {
+        k->live = 0; /* not kept: a FETCH for it is counted missing */
+        return;
     }
-    memcpy(k->packet, data, length);
-    k->seq = seq, k->length = length, k->live = 1;
-    if (seq > e->newest_result) e->newest_result = seq;
+    memcpy(k->packet, data, copied);
+    k->seq = c->seq, k->handle = r->handle, k->index = c->index, k->length = length, k->in_out = in_out, k->live = 1;
+    if (c->seq > e->newest_result) e->newest_result = c->seq;
+}
+
+/* Reduction `r` is handed back, and its `out` with it: its kept results (at most its last 2W
+ * chunks) get payloads of their own. */
+static void spill_results(Engine *e, const reduction *r) {
+    uint64_t kept = 2 * (uint64_t)e->window, end = r->first_seq + r->chunks;
+    for (uint64_t seq = r->chunks > kept ? end - kept : r->first_seq; seq < end; seq++) {
+        kept_result *k = &e->results[seq % kept];
+        if (!k->live || !k->in_out || k->handle != r->handle) continue;
+        if (!room_for(k, k->length)) {
+            k->live = 0;
+            continue;
+        }
+        ina_store_words(k->packet + INA_HEADER_BYTES, payload_in_out(e, k), r->per_result);
+        k->in_out = 0;
+    }
 }
 
 /* The PS lost a result another worker needs: send it ours, as received (Engine._answer_fetch). */
@@ -326,7 +358,15 @@ static void answer_fetch(Engine *e, uint32_t wire_seq, ina_addr source, ina_tx *
         return;
     }
     uint8_t *p = ina_tx_add(tx, source, k->length);
-    if (p) memcpy(p, k->packet, k->length), e->bytes_sent += k->length;
+    if (p) {
+        if (k->in_out) {
+            memcpy(p, k->packet, INA_HEADER_BYTES);
+            ina_store_words(p + INA_HEADER_BYTES, payload_in_out(e, k), (k->length - INA_HEADER_BYTES) / 4);
+        } else {
+            memcpy(p, k->packet, k->length);
+        }
+        e->bytes_sent += k->length;
+    }
     e->counters[C_FETCH_ANSWERED]++;
 }
 
@@ -373,7 +413,7 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
     size_t room = (size_t)r->out.len / 4, at = (size_t)c->index * r->per_result;
     size_t take = room - at < r->per_result ? room - at : r->per_result;
     ina_load_words((uint32_t *)r->out.buf + at, data + INA_HEADER_BYTES, take);
-    keep_result(e, c->seq, data, (uint32_t)length);
+    keep_result(e, r, c, data, (uint32_t)length, take);
     e->counters[C_DELIVERED]++;
     if (--r->remaining == 0) signal_changed(e);
 }
@@ -540,6 +580,7 @@ static PyObject *Engine_completed(Engine *self, PyObject *unused) {
             break;
         }
         Py_DECREF(item);
+        spill_results(self, r);
         release(r);
         self->reductions_head = (self->reductions_head + 1) % self->reductions_capacity;
         self->reductions_count--, self->head_handle++;

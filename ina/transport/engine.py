@@ -128,8 +128,9 @@ class Engine:
     (what a batched socket moves); `submit` queues a reduction and makes `next_deadline()`
     due so the driver's `tick` sends it. Collect results with `completed()`;
     a peer that stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
-    It keeps its newest 2W results to answer its PS's FETCH (the PS lost a result another
-    worker needs). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
+    With a switch, it keeps its newest 2W results to answer its PS's FETCH (the PS lost a result
+    another worker needs); in PS-only mode the PS's own ring holds them all, and it keeps none
+    (docs/protocol.md, section 8). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
     foreign (not from the switch or PS), malformed, unexpected (wrong job, kind, format,
     or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
     for a result not kept); failed.
@@ -355,7 +356,8 @@ class Engine:
                     group = accepted[chunk.reduction] = ([], [])
                 group[0].append(chunk.index)
                 group[1].append(bytes(data))
-                self._results.put(chunk.seq, group[1][-1])
+                if not config.ps_only:
+                    self._results.put(chunk.seq, group[1][-1])
                 counters["delivered"] += 1
         for reduction, (indices, packets) in accepted.items():
             reduction.fill(np.array(indices, dtype=np.int64), payloads(packets, reduction.words_per_result))
