@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not NATIVE_BUILT, reason="the native PS is not b
 
 K = 4
 OWN_WORDS = 6  # a PS-only job's own K
-SHUFFLED_WORDS = 7  # 4-bit indices: the native PS's byte shuffles take 4 words at a time, then the rest
+SHUFFLED_WORDS = 15  # 4-bit indices: the native PS's byte shuffles take 8 words at a time, then the rest
 SWITCH = ("10.0.0.100", 47100)
 STRANGER = ("10.0.0.66", 6666)
 TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)

@@ -146,7 +146,7 @@ typedef struct {
     unsigned index_bits, group, groups, entry, out_bytes;
     uint32_t mask;
     uint8_t *entries;
-    int nibbles;        /* 4-bit indices, 8-bit lanes, and the CPU has SSSE3: lookup_nibbles */
+    int nibbles;        /* 4-bit indices, 8-bit lanes, and the CPU has AVX2: lookup_nibbles */
     uint8_t levels[16]; /* its table */
 } lookup;
 
@@ -181,7 +181,7 @@ static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, un
     t->entries = malloc((size_t)(t->mask + 1) * t->entry);
     if (!t->entries) return -1;
 #if defined(__x86_64__)
-    t->nibbles = index_bits == 4 && lane_bits == 8 && __builtin_cpu_supports("ssse3");
+    t->nibbles = index_bits == 4 && lane_bits == 8 && __builtin_cpu_supports("avx2");
     for (unsigned i = 0; i < 16 && index_bits == 4; i++) t->levels[i] = (uint8_t)table[i];
 #endif
     for (uint32_t code = 0; code <= t->mask; code++) {
@@ -204,42 +204,46 @@ static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, un
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* 4-bit indices into 8-bit lanes, 16 levels: one byte shuffle looks up 16 indices at once. Each
+/* 4-bit indices into 8-bit lanes, 16 levels: one byte shuffle looks up 32 indices at once. Each
  * big-endian word's bytes are reversed first; index 2k of a word is the low nibble of its byte k.
- * The lanes of the 4 words at `payload`: the first 16 in `*first`, the next 16 in `*second`. */
-__attribute__((target("ssse3"))) static inline void nibble_lanes(__m128i table, const uint8_t *payload, __m128i *first,
-                                                                  __m128i *second) {
-    const __m128i reverse = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12), low = _mm_set1_epi8(0x0F);
-    __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)payload), reverse);
-    __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(x, low));
-    __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(x, 4), low));
-    *first = _mm_unpacklo_epi8(lo, hi), *second = _mm_unpackhi_epi8(lo, hi);
+ * The lanes of the 8 words at `payload`: the first 32 in `*first`, the next 32 in `*second`. */
+__attribute__((target("avx2"))) static inline void nibble_lanes(__m256i table, const uint8_t *payload, __m256i *first,
+                                                                 __m256i *second) {
+    const __m256i reverse = _mm256_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12,
+                                             3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256i x = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)payload), reverse);
+    __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(x, low));
+    __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(x, 4), low));
+    /* Interleaving works within each 16-byte half: words 0-1 and 4-5, then 2-3 and 6-7. */
+    __m256i a = _mm256_unpacklo_epi8(lo, hi), b = _mm256_unpackhi_epi8(lo, hi);
+    *first = _mm256_permute2x128_si256(a, b, 0x20), *second = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
-/* The lanes of whole groups of 4 index words stored at `o`: the words done. */
-__attribute__((target("ssse3"))) static uint32_t lookup_nibbles(const uint8_t *levels, const uint8_t *payload, uint32_t words,
-                                                                 uint8_t *o) {
-    const __m128i table = _mm_loadu_si128((const __m128i *)levels);
+/* The lanes of whole groups of 8 index words stored at `o`: the words done. */
+__attribute__((target("avx2"))) static uint32_t lookup_nibbles(const uint8_t *levels, const uint8_t *payload, uint32_t words,
+                                                                uint8_t *o) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
     uint32_t w = 0;
-    for (; w + 4 <= words; w += 4, o += 32) {
-        __m128i first, second;
+    for (; w + 8 <= words; w += 8, o += 64) {
+        __m256i first, second;
         nibble_lanes(table, payload + 4 * w, &first, &second);
-        _mm_storeu_si128((__m128i *)o, first);
-        _mm_storeu_si128((__m128i *)(o + 16), second);
+        _mm256_storeu_si256((__m256i *)o, first);
+        _mm256_storeu_si256((__m256i *)(o + 32), second);
     }
     return w;
 }
 
 /* The same lanes added to the host-order words `sums` (32-bit wrapping) instead of stored. */
-__attribute__((target("ssse3"))) static uint32_t lookup_nibbles_add(const uint8_t *levels, const uint8_t *payload,
-                                                                     uint32_t words, uint32_t *sums) {
-    const __m128i table = _mm_loadu_si128((const __m128i *)levels);
+__attribute__((target("avx2"))) static uint32_t lookup_nibbles_add(const uint8_t *levels, const uint8_t *payload,
+                                                                    uint32_t words, uint32_t *sums) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)levels));
     uint32_t w = 0;
-    for (; w + 4 <= words; w += 4, sums += 8) {
-        __m128i first, second, *a = (__m128i *)sums, *b = (__m128i *)(sums + 4);
+    for (; w + 8 <= words; w += 8, sums += 16) {
+        __m256i first, second, *a = (__m256i *)sums, *b = (__m256i *)(sums + 8);
         nibble_lanes(table, payload + 4 * w, &first, &second);
-        _mm_storeu_si128(a, _mm_add_epi32(_mm_loadu_si128(a), first));
-        _mm_storeu_si128(b, _mm_add_epi32(_mm_loadu_si128(b), second));
+        _mm256_storeu_si256(a, _mm256_add_epi32(_mm256_loadu_si256(a), first));
+        _mm256_storeu_si256(b, _mm256_add_epi32(_mm256_loadu_si256(b), second));
     }
     return w;
 }
