@@ -62,16 +62,30 @@ def _out_of_range(width: int) -> ValueError:
     return ValueError(f"values must lie in 0..2**{width} - 1 for width {width}; use a larger width")
 
 
-def pack_bits(values: torch.Tensor, width: int) -> torch.Tensor:
-    """Pack a 1-D tensor of integers in [0, 2**width) into int32 words, LSB-first fields."""
+def pack_bits(values: torch.Tensor, width: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Pack a 1-D tensor of integers in [0, 2**width) into int32 words, LSB-first fields.
+
+    ``out``, an int32 tensor of the words' length on the values' device, receives them instead
+    of a new tensor (THC's 4-bit CPU indices are packed straight into it): for callers that
+    recycle their buffers."""
     fields = _fields(width)
     if values.dim() != 1 or values.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"values must be a 1-D integer tensor, got shape {tuple(values.shape)} {values.dtype}")
     if width == 4 and values.dtype == torch.uint8 and values.device.type == "cpu" and native.native_available():
-        words = native.pack_nibbles(values.contiguous())  # THC's 4-bit indices: checked as they are packed
+        words = native.pack_nibbles(values.contiguous(), out)  # THC's 4-bit indices: checked as they are packed
         if words is None:
             raise _out_of_range(width)
         return words
+    words = _pack_checked(values, width, fields)
+    if out is None:
+        return words
+    if out.shape != words.shape or out.dtype != torch.int32:
+        raise ValueError(f"out must be an int32 tensor of {words.numel()} words, got {tuple(out.shape)} {out.dtype}")
+    return out.copy_(words)
+
+
+def _pack_checked(values: torch.Tensor, width: int, fields: int) -> torch.Tensor:
+    """pack_bits' torch path: a new tensor of the words."""
     if values.numel() and (int(values.min()) < 0 or int(values.max()) >> width):
         raise _out_of_range(width)
     if width in _BYTE_ALIGNED:

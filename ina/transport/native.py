@@ -22,6 +22,7 @@ import numpy as np
 
 from ina.net.native import NativeFrameNode, load_native, native_on_path
 from ina.net.node import Address
+from ina.transport.buffers import ARRAYS
 from ina.transport.chunks import result_length
 from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
@@ -93,7 +94,7 @@ def new_reduction(config: EngineConfig, words: np.ndarray, op: str, lane_bits: i
     words = np.ascontiguousarray(checked_submission(config, words, op, lane_bits, index_bits))
     length = result_length(words.size, -(-words.size // config.words), config.words, index_bits, lane_bits)
     out = checked_output(out, length)
-    return words, np.empty(length, dtype=np.uint32) if out is None else out
+    return words, ARRAYS.take(length) if out is None else out
 
 
 def engine_error(config: EngineConfig, failure: tuple[int, int, int, int | None] | None) -> TransportError | None:

@@ -16,14 +16,22 @@ import numpy as np
 import torch
 
 from ina.compression import pack_bits, unpack_bits
+from ina.transport.buffers import ARRAYS
 
 _LITTLE = sys.byteorder == "little"
 
 
 def pack_words(values: torch.Tensor, width: int) -> np.ndarray:
-    """uint32 words of the 1-D `values` (each in 0..2**width - 1), `32 // width` fields a word, zero-padded."""
-    if _LITTLE and width == 8 and values.dtype == torch.uint8 and values.device.type == "cpu" and values.dim() == 1:
+    """uint32 words of the 1-D `values` (each in 0..2**width - 1), `32 // width` fields a word, zero-padded.
+
+    4-bit CPU indices (PS-only THC) are packed in one pass into a recycled array (`ARRAYS`)."""
+    bytes_on_cpu = values.dtype == torch.uint8 and values.device.type == "cpu" and values.dim() == 1
+    if _LITTLE and width == 8 and bytes_on_cpu:
         return _padded(values.contiguous().numpy(), 4).view(np.uint32)
+    if width == 4 and bytes_on_cpu:
+        words = ARRAYS.take(-(-values.numel() // 8))
+        pack_bits(values, width, out=torch.from_numpy(words).view(torch.int32))
+        return words
     return pack_bits(values, width).cpu().numpy().view(np.uint32)
 
 
