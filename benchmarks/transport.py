@@ -15,9 +15,11 @@ packet: `--words` through the switch, the most a datagram carries in PS-only mod
 Every reduction starts after a barrier; its time is the slowest rank's, and the table shows
 the median over `--repeats` (after one warm-up), and its ratio to the collective's. "chunks/s"
 is one worker's DATA packets per second; "fp32 GB/s" is N * 4 bytes per second, the fp32 gradient the
-reduction stands for; "worker CPU ms" is the CPU time (user and system, every thread, the
-barriers' too; `time.process_time`, to the microsecond) of one worker process per reduction, the mean over ranks: what the transport
-costs a worker, where the seconds also count the aggregators and waiting. All transports run in
+reduction stands for; "worker CPU ms" is the CPU time (user and system, every thread; `time.process_time`,
+to the microsecond) of one worker process from the barrier to the reduction's end, the mean over
+ranks: what the transport costs a worker, where the seconds also count the aggregators and
+waiting. (The barrier is left out: what it costs depends on how far apart the previous
+reduction, another transport's, left the ranks.) All transports run in
 the same processes, taking turns (one reduction each per round), so their numbers are comparable
 even as the machine's load changes; compare rows of one run.
 """
@@ -66,9 +68,8 @@ def _worker(rank: int, workers: int, names: list[str], options: dict[str, dict[s
             sent_before = {name: transport.bytes_sent for name, transport in transports.items()}
             for _ in range(repeats):
                 for name, transport in transports.items():
-                    cpu_before = time.process_time()
                     dist.barrier()
-                    started = time.perf_counter()
+                    cpu_before, started = time.process_time(), time.perf_counter()
                     transport.table_sum(encoded[name].pop(), codec, workers, bucket=0).wait()
                     seconds[name].append(time.perf_counter() - started)
                     cpu[name] += time.process_time() - cpu_before
