@@ -299,14 +299,20 @@ static inline long ina_tx_flush(ina_tx *tx, int fd) {
             h->msg_hdr.msg_name = &names[messages], h->msg_hdr.msg_namelen = sizeof names[messages];
             h->msg_hdr.msg_iov = &iov[vectors];
             first[messages] = k;
-            size_t run = 0;
+            size_t run = 0, parts = 0;
             while (k < tx->count && run < cap) {
                 size_t j = tx->order[k];
                 if (run && (tx->length[j] != size || !ina_addr_eq(tx->destination[j], tx->destination[i]))) break;
-                iov[vectors].iov_base = tx->arena + tx->offset[j], iov[vectors].iov_len = tx->length[j];
-                vectors++, run++, k++;
+                uint8_t *data = tx->arena + tx->offset[j];
+                if (parts && (uint8_t *)iov[vectors - 1].iov_base + iov[vectors - 1].iov_len == data) {
+                    iov[vectors - 1].iov_len += size; /* queued back to back: one part, fewer for the kernel to walk */
+                } else {
+                    iov[vectors].iov_base = data, iov[vectors].iov_len = size;
+                    vectors++, parts++;
+                }
+                run++, k++;
             }
-            h->msg_hdr.msg_iovlen = run;
+            h->msg_hdr.msg_iovlen = parts;
             if (run > 1) {
                 h->msg_hdr.msg_control = controls[messages], h->msg_hdr.msg_controllen = INA_CONTROL_SPACE;
                 struct cmsghdr *c = CMSG_FIRSTHDR(&h->msg_hdr);
@@ -323,13 +329,14 @@ static inline long ina_tx_flush(ina_tx *tx, int fd) {
             int done = sendmmsg(fd, headers + sent, messages - sent, 0);
             if (done < 0) {
                 if (errno == EINTR) continue;
-                if (headers[sent].msg_hdr.msg_iovlen > INA_OLD_MAX_SEGMENTS && errno == EINVAL &&
+                size_t datagrams = first[sent + 1] - first[sent];
+                if (datagrams > INA_OLD_MAX_SEGMENTS && errno == EINVAL &&
                     tx->segments > INA_OLD_MAX_SEGMENTS) {
                     tx->segments = INA_OLD_MAX_SEGMENTS; /* an older kernel: cut the rest into smaller runs */
                     k = first[sent];
                     break;
                 }
-                if (headers[sent].msg_hdr.msg_iovlen > 1 &&
+                if (datagrams > 1 &&
                     (errno == EINVAL || errno == EIO || errno == ENOPROTOOPT || errno == EMSGSIZE)) {
                     tx->gso = 0; /* this path cannot segment: the rest one datagram at a time */
                     refused += ina_tx_send_plain(tx, fd, first[sent]);
