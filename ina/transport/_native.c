@@ -75,6 +75,7 @@ typedef struct {
     uint16_t job;
     uint8_t rank;
     uint32_t full, words, window, slot_base, span_mask, pool_mask;
+    int window_pow2; /* W is a power of two (every transport's is): ring slots by mask, not division */
     int ps_only;
     ina_addr destination, other, ps;
     int has_other, has_ps;
@@ -150,13 +151,17 @@ static uint8_t priority(const Engine *e, double queued_at, double now) {
 
 /* ------------------------------------------------------------------ bookkeeping */
 
-static reduction *reduction_of(Engine *e, uint64_t handle) {
-    return &e->reductions[(e->reductions_head + (handle - e->head_handle)) % e->reductions_capacity];
-}
+/* The reductions' ring has a power-of-two capacity (16, doubled as it grows). */
+static size_t reduction_slot(const Engine *e, size_t i) { return (e->reductions_head + i) & (e->reductions_capacity - 1); }
+
+static reduction *reduction_of(Engine *e, uint64_t handle) { return &e->reductions[reduction_slot(e, handle - e->head_handle)]; }
+
+/* Chunk seq's place in a ring of `n` entries, a multiple of W (W for the outstanding chunks, 2W for the kept results). */
+static uint64_t ring_slot(const Engine *e, uint64_t seq, uint64_t n) { return e->window_pow2 ? seq & (n - 1) : seq % n; }
 
 static chunk *outstanding(Engine *e, uint64_t seq) {
     if (seq < e->oldest || seq >= e->next_send) return NULL;
-    chunk *c = &e->outstanding[seq % e->window];
+    chunk *c = &e->outstanding[ring_slot(e, seq, e->window)];
     return c->live && c->seq == seq ? c : NULL;
 }
 
@@ -231,7 +236,7 @@ static void pump(void *self, double now, ina_tx *tx) {
         for (uint64_t index = begin; index < end; index++) {
             uint64_t seq = r->first_seq + index;
             send_data(e, tx, r, (uint32_t)index, prio, 0);
-            e->outstanding[seq % e->window] = (chunk){seq, r->handle, (uint32_t)index, 0, now, deadline, -1, 1};
+            e->outstanding[ring_slot(e, seq, e->window)] = (chunk){seq, r->handle, (uint32_t)index, 0, now, deadline, -1, 1};
         }
         push_timer(e, deadline, r->first_seq + begin, r->first_seq + end);
         e->counters[C_SENT] += end - begin;
@@ -317,14 +322,14 @@ static const uint32_t *payload_in_out(Engine *e, const kept_result *k) {
  * every result a worker may still miss (docs/protocol.md, section 8): nothing is kept. */
 static void keep_result(Engine *e, const reduction *r, const chunk *c, const uint8_t *data, uint32_t length, size_t take) {
     if (e->ps_only) return;
-    kept_result *k = &e->results[c->seq % (2 * (uint64_t)e->window)];
+    kept_result *k = &e->results[ring_slot(e, c->seq, 2 * (uint64_t)e->window)];
     int in_out = take == r->per_result;
-    uint32_t copied = in_out ? INA_HEADER_BYTES : length;
-    if (!room_for(k, copied)) {
+    if (!room_for(k, in_out ? INA_HEADER_BYTES : length)) {
         k->live = 0; /* not kept: a FETCH for it is counted missing */
         return;
     }
-    memcpy(k->packet, data, copied);
+    if (in_out) memcpy(k->packet, data, INA_HEADER_BYTES); /* a constant size: a few moves, no call */
+    else memcpy(k->packet, data, length);
     k->seq = c->seq, k->handle = r->handle, k->index = c->index, k->length = length, k->in_out = in_out, k->live = 1;
     if (c->seq > e->newest_result) e->newest_result = c->seq;
 }
@@ -334,7 +339,7 @@ static void keep_result(Engine *e, const reduction *r, const chunk *c, const uin
 static void spill_results(Engine *e, const reduction *r) {
     uint64_t kept = 2 * (uint64_t)e->window, end = r->first_seq + r->chunks;
     for (uint64_t seq = r->chunks > kept ? end - kept : r->first_seq; seq < end; seq++) {
-        kept_result *k = &e->results[seq % kept];
+        kept_result *k = &e->results[ring_slot(e, seq, kept)];
         if (!k->live || !k->in_out || k->handle != r->handle) continue;
         if (!room_for(k, k->length)) {
             k->live = 0;
@@ -352,7 +357,7 @@ static void answer_fetch(Engine *e, uint32_t wire_seq, ina_addr source, ina_tx *
         return;
     }
     int64_t seq = (int64_t)e->newest_result - (int64_t)((uint32_t)e->newest_result - wire_seq);
-    kept_result *k = seq < 0 ? NULL : &e->results[(uint64_t)seq % (2 * (uint64_t)e->window)];
+    kept_result *k = seq < 0 ? NULL : &e->results[ring_slot(e, (uint64_t)seq, 2 * (uint64_t)e->window)];
     if (!k || !k->live || k->seq != (uint64_t)seq) {
         e->counters[C_FETCH_MISSING]++;
         return;
@@ -408,7 +413,7 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
         return;
     }
     c->live = 0;
-    while (e->oldest < e->next_send && !e->outstanding[e->oldest % e->window].live) e->oldest++;
+    while (e->oldest < e->next_send && !e->outstanding[ring_slot(e, e->oldest, e->window)].live) e->oldest++;
     if (c->retries == 0) sample_rtt(e, now - c->first_sent);
     size_t room = (size_t)r->out.len / 4, at = (size_t)c->index * r->per_result;
     size_t take = room - at < r->per_result ? room - at : r->per_result;
@@ -465,6 +470,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     }
     self->job = (uint16_t)job, self->rank = (uint8_t)rank, self->full = (uint32_t)(((uint64_t)1 << workers) - 1);
     self->words = words, self->window = window, self->slot_base = slot_base, self->ps_only = ps_only;
+    self->window_pow2 = (window & (window - 1)) == 0;
     self->span_mask = span - 1, self->pool_mask = pool - 1, self->level = level;
     self->next_seq = self->next_send = self->oldest = first_seq;
     self->outstanding = calloc(window, sizeof *self->outstanding);
@@ -496,7 +502,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
 static void Engine_dealloc(Engine *self) {
     if (self->ready) {
         for (size_t i = 0; i < self->reductions_count; i++)
-            release(&self->reductions[(self->reductions_head + i) % self->reductions_capacity]);
+            release(&self->reductions[reduction_slot(self, i)]);
         for (size_t i = 0; i < 2 * (size_t)self->window; i++) free(self->results[i].packet);
         free(self->reductions), free(self->outstanding), free(self->timers), free(self->due), free(self->results);
         pthread_cond_destroy(&self->changed);
@@ -510,7 +516,7 @@ static int grow_reductions(Engine *e) {
     reduction *grown = malloc(capacity * sizeof *grown);
     if (!grown) return -1;
     for (size_t i = 0; i < e->reductions_count; i++)
-        grown[i] = e->reductions[(e->reductions_head + i) % e->reductions_capacity];
+        grown[i] = e->reductions[reduction_slot(e, i)];
     free(e->reductions);
     e->reductions = grown, e->reductions_capacity = capacity, e->reductions_head = 0;
     return 0;
@@ -556,7 +562,7 @@ static PyObject *Engine_submit(Engine *self, PyObject *args) {
     }
     if (self->reductions_count == 0) self->head_handle = self->next_handle;
     r.handle = self->next_handle++, r.first_seq = self->next_seq;
-    self->reductions[(self->reductions_head + self->reductions_count++) % self->reductions_capacity] = r;
+    self->reductions[reduction_slot(self, self->reductions_count++)] = r;
     self->next_seq += chunks;
     observe(self, 4.0 * (double)count, now);
     if (self->loop.fd >= 0) ina_loop_wake(&self->loop); /* served: the loop sends it */
@@ -582,7 +588,7 @@ static PyObject *Engine_completed(Engine *self, PyObject *unused) {
         Py_DECREF(item);
         spill_results(self, r);
         release(r);
-        self->reductions_head = (self->reductions_head + 1) % self->reductions_capacity;
+        self->reductions_head = reduction_slot(self, 1);
         self->reductions_count--, self->head_handle++;
     }
     ina_py_unlock(&self->loop);
