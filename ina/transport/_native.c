@@ -57,12 +57,14 @@ typedef struct {
 } timer;
 
 /* A RESULT kept to answer FETCH. While its reduction is held, a whole chunk's payload is the
- * reduction's own `out` (the RESULT's words, byte-swapped): only the header is copied here. */
+ * reduction's own `out` (the RESULT's words, byte-swapped): only the header is copied, into the
+ * entry itself (one cache line, touched once per RESULT). */
 typedef struct {
     uint64_t seq, handle;
     uint32_t index, length, room;
-    int live, in_out; /* in_out: `packet` holds the header, `out` of reduction `handle` the payload */
-    uint8_t *packet;
+    uint8_t live, in_out;             /* in_out: the payload is `out` of reduction `handle` */
+    uint8_t header[INA_HEADER_BYTES]; /* in_out: the RESULT's header */
+    uint8_t *packet;                  /* otherwise: the whole RESULT (`room` bytes allocated) */
 } kept_result;
 
 typedef struct {
@@ -324,12 +326,14 @@ static void keep_result(Engine *e, const reduction *r, const chunk *c, const uin
     if (e->ps_only) return;
     kept_result *k = &e->results[ring_slot(e, c->seq, 2 * (uint64_t)e->window)];
     int in_out = take == r->per_result;
-    if (!room_for(k, in_out ? INA_HEADER_BYTES : length)) {
+    if (in_out) {
+        memcpy(k->header, data, INA_HEADER_BYTES);
+    } else if (room_for(k, length)) {
+        memcpy(k->packet, data, length);
+    } else {
         k->live = 0; /* not kept: a FETCH for it is counted missing */
         return;
     }
-    if (in_out) memcpy(k->packet, data, INA_HEADER_BYTES); /* a constant size: a few moves, no call */
-    else memcpy(k->packet, data, length);
     k->seq = c->seq, k->handle = r->handle, k->index = c->index, k->length = length, k->in_out = in_out, k->live = 1;
     if (c->seq > e->newest_result) e->newest_result = c->seq;
 }
@@ -345,6 +349,7 @@ static void spill_results(Engine *e, const reduction *r) {
             k->live = 0;
             continue;
         }
+        memcpy(k->packet, k->header, INA_HEADER_BYTES);
         ina_store_words(k->packet + INA_HEADER_BYTES, payload_in_out(e, k), r->per_result);
         k->in_out = 0;
     }
@@ -365,7 +370,7 @@ static void answer_fetch(Engine *e, uint32_t wire_seq, ina_addr source, ina_tx *
     uint8_t *p = ina_tx_add(tx, source, k->length);
     if (p) {
         if (k->in_out) {
-            memcpy(p, k->packet, INA_HEADER_BYTES);
+            memcpy(p, k->header, INA_HEADER_BYTES);
             ina_store_words(p + INA_HEADER_BYTES, payload_in_out(e, k), (k->length - INA_HEADER_BYTES) / 4);
         } else {
             memcpy(p, k->packet, k->length);
