@@ -63,6 +63,7 @@ def test_ps_only_indices_are_looked_up_and_summed_exactly(drop):
         plan[job] = [norms(rng, workers), indices(rng, workers, chunks=5, words=K), indices(rng, workers, chunks=1, words=K)]
     submit_all(net, plan)
     assert_exact(collect(net, plan, timeout=5.0), plan)
+    assert net.ps.counters()["fetch_sent"] == 0  # PS-only workers keep no results, and need not
 
 
 def test_the_switch_and_ps_only_paths_agree_bit_for_bit():
@@ -149,3 +150,5 @@ def test_any_ps_only_schedule_gives_exact_sums(workers, window, chunks, drop, re
     plan = {1: [norms(rng, workers)] + [indices(rng, workers, c, K) for c in chunks]}
     submit_all(net, plan, {(1, r): float(rng.uniform(0, 1e-4)) for r in range(workers)})
     assert_exact(collect(net, plan, timeout=10.0), plan)
+    # PS-only workers keep no results: the PS's ring answers every resend (protocol section 8).
+    assert net.ps.counters()["fetch_sent"] == 0
