@@ -64,19 +64,9 @@ typedef struct {
     job_row *rows;
     size_t jobs;
     uint64_t count[C_COUNT];
-    uint8_t *scratch; /* one RESULT or PARTIAL being built */
 } Switch;
 
 /* ------------------------------------------------------------------ the algorithm */
-
-/* Queue `length` bytes of sw->scratch to `to`: 0, or -1 when out of memory (dropped uncounted). */
-static int send_scratch(Switch *sw, ina_addr to, size_t length, ina_tx *tx) {
-    uint8_t *p = ina_tx_add(tx, to, length);
-    if (!p) return -1;
-    memcpy(p, sw->scratch, length);
-    sw->count[C_TX]++;
-    return 0;
-}
 
 /* Queue the datagram just queued again, to `to`, sharing its bytes (out of memory: dropped uncounted). */
 static void send_again(Switch *sw, ina_addr to, ina_tx *tx) {
@@ -96,14 +86,14 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
         .lane_bits = (uint8_t)(op ? 32 : row->lane_bits), .job = key_job(key), .slot = (uint16_t)s,
         .seq = key_seq(key), .bitmap = sw->bitmap[s],
     };
-    ina_write_header(sw->scratch, &h);
-    ina_store_words(sw->scratch + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->words);
+    /* Written straight into the send queue, once: a RESULT is queued again for the other workers and the PS. */
     size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->words;
-    if (kind != INA_RESULT) {
-        send_scratch(sw, row->ps, length, tx);
-        return;
-    }
-    if (send_scratch(sw, row->workers[0], length, tx) < 0) return; /* one copy for every worker and the PS */
+    uint8_t *p = ina_tx_add(tx, kind == INA_RESULT ? row->workers[0] : row->ps, length);
+    if (!p) return; /* out of memory: dropped uncounted */
+    ina_write_header(p, &h);
+    ina_store_words(p + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->words);
+    sw->count[C_TX]++;
+    if (kind != INA_RESULT) return;
     for (uint32_t r = 1; r < row->fanin; r++) send_again(sw, row->workers[r], tx);
     send_again(sw, row->ps, tx);
 }
@@ -284,8 +274,7 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
     self->key = calloc(pool, sizeof *self->key), self->redirect = calloc(pool, sizeof *self->redirect);
     self->bitmap = calloc(pool, sizeof *self->bitmap), self->prio = calloc(pool, sizeof *self->prio);
     self->value = calloc((size_t)pool * words, sizeof *self->value), self->touched = calloc(pool, sizeof *self->touched);
-    self->scratch = malloc(INA_HEADER_BYTES + 4 * (size_t)words);
-    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched || !self->scratch) {
+    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched) {
         PyErr_NoMemory();
         return -1;
     }
@@ -303,7 +292,7 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
 static void Switch_dealloc(Switch *self) {
     if (self->looped) ina_loop_free(&self->loop);
     free(self->key), free(self->redirect), free(self->bitmap), free(self->prio), free(self->value), free(self->touched);
-    free(self->scratch), free(self->rows);
+    free(self->rows);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
