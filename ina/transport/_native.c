@@ -307,6 +307,7 @@ static double next_deadline(void *self) {
     return due;
 }
 
+/* Room for `length` bytes in k->packet: 0 when out of memory. */
 static int room_for(kept_result *k, uint32_t length) {
     if (k->room >= length) return 1;
     uint8_t *grown = realloc(k->packet, length);
@@ -315,16 +316,22 @@ static int room_for(kept_result *k, uint32_t length) {
     return 1;
 }
 
-static const uint32_t *payload_in_out(Engine *e, const kept_result *k) {
+/* Chunk seq's entry among the kept results (2W of them). */
+static kept_result *kept_of(Engine *e, uint64_t seq) { return &e->results[ring_slot(e, seq, 2 * (uint64_t)e->window)]; }
+
+/* An in_out entry's RESULT, as received, into `packet` (its `length` bytes): the header and the
+ * payload words from its reduction's `out`. */
+static void write_in_out(Engine *e, const kept_result *k, uint8_t *packet) {
     const reduction *r = reduction_of(e, k->handle);
-    return (const uint32_t *)r->out.buf + (size_t)k->index * r->per_result;
+    memcpy(packet, k->header, INA_HEADER_BYTES);
+    ina_store_words(packet + INA_HEADER_BYTES, (const uint32_t *)r->out.buf + (size_t)k->index * r->per_result, r->per_result);
 }
 
 /* Keep chunk `c`'s RESULT (`take` of its words fill `out`). In PS-only mode the PS's ring holds
  * every result a worker may still miss (docs/protocol.md, section 8): nothing is kept. */
 static void keep_result(Engine *e, const reduction *r, const chunk *c, const uint8_t *data, uint32_t length, size_t take) {
     if (e->ps_only) return;
-    kept_result *k = &e->results[ring_slot(e, c->seq, 2 * (uint64_t)e->window)];
+    kept_result *k = kept_of(e, c->seq);
     int in_out = take == r->per_result;
     if (in_out) {
         memcpy(k->header, data, INA_HEADER_BYTES);
@@ -343,14 +350,10 @@ static void keep_result(Engine *e, const reduction *r, const chunk *c, const uin
 static void spill_results(Engine *e, const reduction *r) {
     uint64_t kept = 2 * (uint64_t)e->window, end = r->first_seq + r->chunks;
     for (uint64_t seq = r->chunks > kept ? end - kept : r->first_seq; seq < end; seq++) {
-        kept_result *k = &e->results[ring_slot(e, seq, kept)];
+        kept_result *k = kept_of(e, seq);
         if (!k->live || !k->in_out || k->handle != r->handle) continue;
-        if (!room_for(k, k->length)) {
-            k->live = 0;
-            continue;
-        }
-        memcpy(k->packet, k->header, INA_HEADER_BYTES);
-        ina_store_words(k->packet + INA_HEADER_BYTES, payload_in_out(e, k), r->per_result);
+        if (room_for(k, k->length)) write_in_out(e, k, k->packet);
+        else k->live = 0; /* out of memory: no longer kept */
         k->in_out = 0;
     }
 }
@@ -362,19 +365,15 @@ static void answer_fetch(Engine *e, uint32_t wire_seq, ina_addr source, ina_tx *
         return;
     }
     int64_t seq = (int64_t)e->newest_result - (int64_t)((uint32_t)e->newest_result - wire_seq);
-    kept_result *k = seq < 0 ? NULL : &e->results[ring_slot(e, (uint64_t)seq, 2 * (uint64_t)e->window)];
+    kept_result *k = seq < 0 ? NULL : kept_of(e, (uint64_t)seq);
     if (!k || !k->live || k->seq != (uint64_t)seq) {
         e->counters[C_FETCH_MISSING]++;
         return;
     }
     uint8_t *p = ina_tx_add(tx, source, k->length);
     if (p) {
-        if (k->in_out) {
-            memcpy(p, k->header, INA_HEADER_BYTES);
-            ina_store_words(p + INA_HEADER_BYTES, payload_in_out(e, k), (k->length - INA_HEADER_BYTES) / 4);
-        } else {
-            memcpy(p, k->packet, k->length);
-        }
+        if (k->in_out) write_in_out(e, k, p);
+        else memcpy(p, k->packet, k->length);
         e->bytes_sent += k->length;
     }
     e->counters[C_FETCH_ANSWERED]++;
