@@ -151,13 +151,10 @@ def lookup(indices: torch.Tensor, levels: Levels) -> torch.Tensor:
 
 def pack_nibbles(indices: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """packing.pack_bits(indices, 4) for a contiguous uint8 CPU ``indices``, in one pass: the words
-    as int32 (in ``out``, a contiguous int32 CPU tensor of their length, if given), or None when an
-    index is above 15."""
-    words = -(-indices.numel() // 8)
+    as int32 (in ``out``, a contiguous int32 CPU tensor of their length that pack_bits checked, if
+    given), or None when an index is above 15."""
     if out is None:
-        out = _empty(words, torch.int32)
-    elif out.shape != (words,) or out.dtype != torch.int32 or out.device.type != "cpu" or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous int32 CPU tensor of {words} words, got {tuple(out.shape)} {out.dtype}")
+        out = _empty(-(-indices.numel() // 8), torch.int32)
     octets = out.view(torch.uint8)
     octets[-4:] = 0  # the last word's padding
     # One thread: the pass is bound by memory, and waking a second costs more than it saves (0.18 ms

@@ -71,17 +71,18 @@ def pack_bits(values: torch.Tensor, width: int, out: torch.Tensor | None = None)
     fields = _fields(width)
     if values.dim() != 1 or values.dtype not in _INTEGER_DTYPES:
         raise ValueError(f"values must be a 1-D integer tensor, got shape {tuple(values.shape)} {values.dtype}")
+    words = -(-values.numel() // fields)
+    if out is not None and (out.shape != (words,) or out.dtype != torch.int32 or out.device != values.device
+                            or not out.is_contiguous()):  # fmt: skip
+        raise ValueError(f"out must be a contiguous int32 tensor of {words} words on {values.device}, "
+                         f"got {tuple(out.shape)} {out.dtype} on {out.device}")  # fmt: skip
     if width == 4 and values.dtype == torch.uint8 and values.device.type == "cpu" and native.native_available():
-        words = native.pack_nibbles(values.contiguous(), out)  # THC's 4-bit indices: checked as they are packed
-        if words is None:
+        packed = native.pack_nibbles(values.contiguous(), out)  # THC's 4-bit indices: checked as they are packed
+        if packed is None:
             raise _out_of_range(width)
-        return words
-    words = _pack_checked(values, width, fields)
-    if out is None:
-        return words
-    if out.shape != words.shape or out.dtype != torch.int32:
-        raise ValueError(f"out must be an int32 tensor of {words.numel()} words, got {tuple(out.shape)} {out.dtype}")
-    return out.copy_(words)
+        return packed
+    packed = _pack_checked(values, width, fields)
+    return packed if out is None else out.copy_(packed)
 
 
 def _pack_checked(values: torch.Tensor, width: int, fields: int) -> torch.Tensor:

@@ -3,9 +3,9 @@
 A reduction of 2^22 PS-only coordinates packs its indices into a fresh 2 MiB array and fills
 a fresh 4 MiB one with its results. Allocated anew each time, each is mapped, faulted in page
 by page and unmapped again when dropped: about a tenth of a worker's CPU per reduction on the
-development VM. `ArrayPool` hands out arrays whose memory goes back to the pool when the last reference to them (or to any
-view of them, a tensor's included) dies, so a stream of same-sized reductions reuses memory that
-is already mapped. What it keeps is bounded; past that, memory goes back to the allocator.
+development VM. `ArrayPool` hands out arrays whose memory goes back to the pool when the last
+reference to them (or to any view of them, a tensor's included) dies, so a stream of same-sized
+reductions reuses memory that is already mapped. What it keeps is bounded; past that, memory goes back to the allocator.
 """
 
 from __future__ import annotations
