@@ -26,7 +26,7 @@
     LANES3(kind, 7, SUMS(4, 4), SUMS(4, 2), SUMS(4, 1)) \
     LANES3(kind, 8, SUMS(4, 4), SUMS(4, 2), SUMS(4, 1))
 
-control Validate(inout headers_t hdr, inout ina_meta_t meta, in standard_metadata_t std) {
+control Validate(inout headers_t hdr, inout ina_meta_t meta) {
     action expect_length(bit<16> udp_length) {
         meta.expected_udp_len = udp_length;
     }
@@ -55,20 +55,44 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta, in standard_metadat
         }
     }
 
+    action rank_bit() {
+        meta.rank_ok = 1;
+    }
+
+    /* A DATA's bitmap must be 1 << rank (rank < 32): a constant table, since a shift by a field is
+     * not a Tofino ALU operation. */
+    @name(".ina_ranks")
+    table ranks {
+        key = {
+            hdr.ina.rank: exact;
+            hdr.ina.bitmap: exact;
+        }
+        actions = { rank_bit; NoAction; }
+        const default_action = NoAction();
+        const entries = {
+#define RANK_ENTRY(r) (r, 32w1 << r): rank_bit();
+            RANK_ENTRY(0) RANK_ENTRY(1) RANK_ENTRY(2) RANK_ENTRY(3) RANK_ENTRY(4) RANK_ENTRY(5) RANK_ENTRY(6)
+            RANK_ENTRY(7) RANK_ENTRY(8) RANK_ENTRY(9) RANK_ENTRY(10) RANK_ENTRY(11) RANK_ENTRY(12) RANK_ENTRY(13)
+            RANK_ENTRY(14) RANK_ENTRY(15) RANK_ENTRY(16) RANK_ENTRY(17) RANK_ENTRY(18) RANK_ENTRY(19) RANK_ENTRY(20)
+            RANK_ENTRY(21) RANK_ENTRY(22) RANK_ENTRY(23) RANK_ENTRY(24) RANK_ENTRY(25) RANK_ENTRY(26) RANK_ENTRY(27)
+            RANK_ENTRY(28) RANK_ENTRY(29) RANK_ENTRY(30) RANK_ENTRY(31)
+#undef RANK_ENTRY
+        }
+    }
+
     apply {
-        bool malformed = std.parser_error != error.NoError || !hdr.ina.isValid();
+        meta.rank_ok = 0;
+        bool malformed = meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1;
         if (!malformed) {
             malformed = hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION
                 || (hdr.ina.flags & ~KNOWN_FLAGS) != 0
-                || hdr.ipv4.total_len != IPV4_HEADER_LEN + hdr.udp.length
-                || std.packet_length < 14 + (bit<32>)hdr.ipv4.total_len;
+                || hdr.ipv4.total_len != IPV4_HEADER_LEN + hdr.udp.length;
         }
+        lengths.apply();
+        ranks.apply();
         if (!malformed) {
-            lengths.apply();
-            malformed = hdr.udp.length != meta.expected_udp_len;
-        }
-        if (!malformed && hdr.ina.kind == KIND_DATA) {
-            malformed = hdr.ina.rank >= 32 || hdr.ina.bitmap != (32w1 << hdr.ina.rank);
+            malformed = hdr.udp.length != meta.expected_udp_len
+                || (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0);
         }
         if (malformed) {
             meta.outcome = OUTCOME_MALFORMED;

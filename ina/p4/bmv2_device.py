@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ina.p4.bmv2 import Bmv2Process
+from ina.p4.bmv2 import CPU_PORT, Bmv2Process
 from ina.p4.build import Build
 from ina.p4.device import DELETE, INSERT, MODIFY
 from ina.p4.entries import Group, TableEntry
@@ -17,12 +17,15 @@ from ina.p4.runtime import P4Info, P4RuntimeClient, Update
 QUEUE_DEPTH = 4096
 """Packets each BMv2 egress queue holds: a window of RESULT copies to every worker and the PS."""
 _UPDATES = {INSERT: Update.INSERT, MODIFY: Update.MODIFY, DELETE: Update.DELETE}
+_REDIRECT_HALVES = {"redirect_id": 32, "redirect_seq": 0}
+"""The redirect register is one 64-bit entry a slot (p4src/slots.p4): the key id high, the seq low."""
 
 
 class Bmv2Device:
     """simple_switch_grpc reached over P4Runtime and Thrift; the program's arrays are `ina_<name>`."""
 
     target = "bmv2"
+    cpu_port = CPU_PORT
 
     def __init__(self, runtime: P4RuntimeClient, thrift: Bmv2Thrift, bmv2: Bmv2Process | None = None) -> None:
         self.runtime, self.thrift, self.bmv2 = runtime, thrift, bmv2
@@ -61,10 +64,18 @@ class Bmv2Device:
         self.runtime.write(*self.updates(change, items))
 
     def registers(self, name: str) -> list[int]:
+        if name in _REDIRECT_HALVES:
+            shift = _REDIRECT_HALVES[name]
+            return [(cell >> shift) & 0xFFFFFFFF for cell in self.thrift.registers("ina_redirect")]
         return self.thrift.registers(f"ina_{name}")
 
     def write_register(self, name: str, index: int, value: int) -> None:
-        self.thrift.write_register(f"ina_{name}", index, value)
+        if name in _REDIRECT_HALVES:
+            shift = _REDIRECT_HALVES[name]
+            cell = self.thrift.registers("ina_redirect")[index] & ~(0xFFFFFFFF << shift)
+            self.thrift.write_register("ina_redirect", index, cell | value << shift)
+        else:
+            self.thrift.write_register(f"ina_{name}", index, value)
 
     def counter(self, name: str, index: int) -> int:
         return self.thrift.counter(f"ina_{name}", index)

@@ -46,7 +46,7 @@ class P4Switch:
         device.load(program or build(config.words, config.pool, device.target))
         forwarding, flood = entries.forwarding(self.routes.values())
         device.write(MODIFY, [entries.identity(ip, mac, config.policy)])
-        device.write(INSERT, [flood, *forwarding])
+        device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port)])
 
     # -- ControlTarget ---------------------------------------------------------------------
 

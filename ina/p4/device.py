@@ -16,9 +16,9 @@ from ina.p4.entries import Group, TableEntry
 INSERT, MODIFY, DELETE = "insert", "modify", "delete"
 """How `Device.write` changes what it is given (a default entry is only ever modified)."""
 
-REGISTERS = ("redirect_id", "redirect_seq", "key_id", "key_seq", "missing", "prio", "value", "touched")
+REGISTERS = ("redirect_id", "redirect_seq", "key_id", "key_seq", "missing", "missing_copy", "prio", "value", "touched")
 """Per-slot registers (docs/p4.md, "State"); `value` holds word i of slot s at s * K + i."""
-CLEARED_ON_REMOVAL = (("key_id", "key_seq", "missing"), ("redirect_id", "redirect_seq"))
+CLEARED_ON_REMOVAL = (("key_id", "key_seq", "missing", "missing_copy"), ("redirect_id", "redirect_seq"))
 """What removing a job zeroes: a slot's key and bitmap, and a redirect (docs/p4.md, "Control plane")."""
 
 COUNTERS = ("rx", "tx", "outcomes", "events")
@@ -34,6 +34,8 @@ class Device(Protocol):
 
     target: str
     """The `ina p4 build --target` its program is built for."""
+    cpu_port: int
+    """The port its control plane's packets enter at."""
 
     def load(self, program: Build) -> None:
         """Load the compiled program (and the target's settings that go with it)."""

@@ -75,6 +75,11 @@ def identity(ip: str, mac: str, policy: str) -> TableEntry:
     return TableEntry("ina_switch", {}, "ina_identity", {"ip": ip_number(ip), "mac": mac_number(mac), "esa": int(policy == "esa")})
 
 
+def cpu_port(port: int) -> TableEntry:
+    """The port the control plane's packets (the idle sweep's SWEEP) enter at."""
+    return TableEntry("ina_cpu_ports", {"port": port}, "ina_from_cpu")
+
+
 def forwarding(routes: Iterable[Route]) -> tuple[list[TableEntry], Group]:
     """Plain Ethernet forwarding to every routed MAC, the routes to every worker and PS host, and
     the flood group over their ports."""
@@ -95,7 +100,7 @@ def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route]) -> 
         "full": spec.full_bitmap, "fanin": spec.fanin, "slot_base": entry.slot_base,
         "span_mask": (entry.span or pool) - 1, "priority_cap": spec.priority_cap,
         "lane_bits": spec.lane_bits, "ps_ip": ip_number(ps.host), "ps_port": ps.port, "group": group})]  # fmt: skip
-    entries += [TableEntry("ina_workers", {"job": spec.job, "rank": rank, "src": ip_number(w.host), "src_port": w.port}, "NoAction")
+    entries += [TableEntry("ina_workers", {"job": spec.job, "rank": rank, "src": ip_number(w.host), "src_port": w.port}, "ina_worker")
                 for rank, w in enumerate(spec.workers)]  # fmt: skip
     entries.append(TableEntry("ina_victims", {"job": spec.job}, "ina_victim", {
         "full": spec.full_bitmap, "lane_bits": spec.lane_bits, "ps_ip": ip_number(ps.host), "ps_port": ps.port}))  # fmt: skip

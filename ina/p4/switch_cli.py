@@ -27,6 +27,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     tofino = parser.add_argument_group("--target tofino (needs bf-p4c, and bf_switchd of the SDE at $SDE_INSTALL running)")
     tofino.add_argument("--bfrt", default="127.0.0.1:50052", help="bf_switchd's BfRt gRPC address (default %(default)s)")
     tofino.add_argument("--cpu-interface", metavar="IFACE", help="the Linux interface of the switch's CPU Ethernet port (idle sweeps enter there)")
+    tofino.add_argument("--cpu-port", type=int, default=64, help="the device port of that CPU Ethernet port (default %(default)s)")
     tofino.add_argument("--pipe", type=int, default=0, help="the pipe whose ports carry ina's traffic (default %(default)s)")
 
 
@@ -68,7 +69,7 @@ def _tofino(args: argparse.Namespace, routes: list) -> Any:
         raise ValueError(f"--route ports {elsewhere} are not in pipe {args.pipe} (ports {args.pipe << PIPE_SHIFT}.."
                          f"{((args.pipe + 1) << PIPE_SHIFT) - 1}): each Tofino pipe keeps its own registers, so every "
                          "worker and PS must be reached through the pipe named by --pipe")  # fmt: skip
-    return lambda: TofinoDevice.connect(args.bfrt, args.cpu_interface, pipe=args.pipe)
+    return lambda: TofinoDevice.connect(args.bfrt, args.cpu_interface, args.cpu_port, pipe=args.pipe)
 
 
 def describe(server: Any) -> str:

@@ -32,8 +32,9 @@ DEFAULT_BFRT = "127.0.0.1:50052"
 """Where bf_switchd serves BfRt gRPC by default."""
 PIPE_SHIFT = 7
 """A Tofino 1 device port's pipe is its number >> 7 (128 ports a pipe)."""
-REPLICAS_PER_GROUP = 64
-"""Multicast node ids: group g's replica r is node g * 64 + r (at most 32 workers and a PS)."""
+NODES_PER_GROUP = 1024
+"""Multicast node ids: the k-th replica of group g is node g * 1024 + k (a job's 33 at most; the
+flood group's one a port)."""
 
 
 class BfrtMissing(RuntimeError):
@@ -68,18 +69,11 @@ class RegisterField:
 
 
 def register_layout(words: int) -> dict[str, list[RegisterField]]:
-    """Each logical register's arrays (p4src/ina_tna.p4): `value` word i is in ina_value_{i // 2},
-    low half for even i, high half for odd; every other register is one array."""
-    layout = {
-        "redirect_id": [RegisterField("ina_redirect", "hi")],
-        "redirect_seq": [RegisterField("ina_redirect", "lo")],
-        "key_id": [RegisterField("ina_key_id", "f1")],
-        "key_seq": [RegisterField("ina_key_seq", "f1")],
-        "missing": [RegisterField("ina_missing", "f1")],
-        "prio": [RegisterField("ina_prio", "f1")],
-        "touched": [RegisterField("ina_touched", "f1")],
-    }
-    layout["value"] = [RegisterField(f"ina_value_{i // 2:02d}", "hi" if i % 2 else "lo") for i in range(words)]
+    """Each logical register's arrays (p4src/slots.p4, values.p4): the redirect is one pair array
+    (key id high, seq low), value word i is the array ina_value_i, every other register one array."""
+    layout = {"redirect_id": [RegisterField("ina_redirect", "hi")], "redirect_seq": [RegisterField("ina_redirect", "lo")]}
+    layout |= {name: [RegisterField(f"ina_{name}", "f1")] for name in ("key_id", "key_seq", "missing", "missing_copy", "prio", "touched")}
+    layout["value"] = [RegisterField(f"ina_value_{i}", "f1") for i in range(words)]
     return layout
 
 
@@ -94,9 +88,9 @@ class TofinoDevice:
 
     target = "tofino"
 
-    def __init__(self, client: Any, gc: ModuleType, cpu_interface: str, pipe: int = 0, device_id: int = 0) -> None:
+    def __init__(self, client: Any, gc: ModuleType, cpu_interface: str, cpu_port: int, pipe: int = 0, device_id: int = 0) -> None:
         self.client, self.gc = client, gc
-        self.cpu_interface = cpu_interface
+        self.cpu_interface, self.cpu_port = cpu_interface, cpu_port
         self.all_pipes = gc.Target(device_id=device_id, pipe_id=0xFFFF)
         self.pipe = gc.Target(device_id=device_id, pipe_id=pipe)
         self.pipe_index = pipe
@@ -104,13 +98,13 @@ class TofinoDevice:
         self.layout: dict[str, list[RegisterField]] = {}
 
     @classmethod
-    def connect(cls, address: str, cpu_interface: str, pipe: int = 0, device_id: int = 0) -> TofinoDevice:
+    def connect(cls, address: str, cpu_interface: str, cpu_port: int, pipe: int = 0, device_id: int = 0) -> TofinoDevice:
         gc = bfrt_client()
         try:
             client = gc.ClientInterface(address, client_id=0, device_id=device_id)
         except Exception as error:  # the client raises RuntimeError or a gRPC error, by version
             raise RuntimeError(f"no BfRt gRPC server (bf_switchd) answers at {address}: {error}") from None
-        return cls(client, gc, cpu_interface, pipe, device_id)
+        return cls(client, gc, cpu_interface, cpu_port, pipe, device_id)
 
     def load(self, program: Build) -> None:
         """Push tofino.bin, context.json and bfrt.json to bf_switchd and bind to the program."""
@@ -156,7 +150,7 @@ class TofinoDevice:
         """A group is a `$pre.mgid` entry over one `$pre.node` per replica (that replica id, one port)."""
         gc = self.gc
         nodes, mgid = self.info.table_get("$pre.node"), self.info.table_get("$pre.mgid")
-        ids = [group.group * REPLICAS_PER_GROUP + rid for _, rid in group.replicas]
+        ids = [group.group * NODES_PER_GROUP + k for k in range(len(group.replicas))]
         node_keys = [nodes.make_key([gc.KeyTuple("$MULTICAST_NODE_ID", node)]) for node in ids]
         group_key = mgid.make_key([gc.KeyTuple("$MGID", group.group)])
         if change == DELETE:

@@ -1,8 +1,8 @@
 /* The v1model parser, deparser and checksum controls: Ethernet, IPv4, UDP to INA_PORT, the ina
- * header, and for DATA its WORDS payload words. A packet too short for what it claims is a parser
- * error, which Validate counts as malformed. */
-#ifndef INA_PARSER_P4
-#define INA_PARSER_P4
+ * header, and for DATA its WORDS payload words (parser_tna.p4 parses the same). A packet too short
+ * for what it claims is a parser error, which Validate counts as malformed. */
+#ifndef INA_PARSER_V1MODEL_P4
+#define INA_PARSER_V1MODEL_P4
 
 parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {
     state start {
