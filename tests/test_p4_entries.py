@@ -6,18 +6,18 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from bfrt_fakes import fake_gc, tofino_build, tofino_view
 
 from ina.control import Endpoint, JobSpec
 from ina.p4 import toolchain
-from ina.p4.build import Build, TofinoOutputs
 from ina.p4.entries import Route
 from ina.switch.config import SwitchConfig
 
 pytest.importorskip("p4.v1.p4runtime_pb2", reason="needs the 'p4' extra (P4Runtime protobufs)")
 from ina.p4.runtime import P4RuntimeClient  # noqa: E402  (after the skip)
+
 needs_p4c = pytest.mark.skipif(toolchain.missing("p4c") is not None, reason=toolchain.missing("p4c") or "")
 
 POOL, WORDS = 8, 4
@@ -78,76 +78,6 @@ class ZeroRegisters:
         pass
 
 
-# -- Tofino: the SDE's bfrt_grpc.client, recording what it is asked to write ------------------------
-
-
-class FakeTable:
-    def __init__(self, name: str, log: list) -> None:
-        self.name, self.log = name, log
-
-    def make_key(self, fields):
-        return tuple(sorted((f.name, f.value) for f in fields))
-
-    def make_data(self, fields, action=None):
-        return action, tuple(sorted((f.name, f.value) for f in fields))
-
-    def entry_add(self, target, keys, datas):
-        self._entries("insert", keys, datas)
-
-    def entry_mod(self, target, keys, datas):
-        self._entries("modify", keys, datas)
-
-    def entry_del(self, target, keys):
-        self._entries("delete", keys, [None] * len(keys))
-
-    def default_entry_set(self, target, data):
-        self.log.append(("modify", self.name, (), data[0], data[1]))
-
-    def entry_get(self, target, keys, flags):
-        return iter(())
-
-    def _entries(self, change, keys, datas):
-        for key, data in zip(keys, datas):
-            self.log.append((change, self.name, key) + (data or (None, ())))
-
-
-def fake_gc(log: list) -> SimpleNamespace:
-    class Tuple:
-        def __init__(self, name, value=None, int_arr_val=None, bool_arr_val=None):
-            self.name = name
-            self.value = value if value is not None else tuple(int_arr_val if int_arr_val is not None else bool_arr_val)
-
-    tables: dict[str, FakeTable] = {}
-    info = SimpleNamespace(table_get=lambda name: tables.setdefault(name, FakeTable(name, log)))
-    client = SimpleNamespace(send_set_forwarding_pipeline_config_request=lambda *args: True,
-                             bind_pipeline_config=lambda name: None, bfrt_info_get=lambda name: info,
-                             tear_down_stream=lambda: None)  # fmt: skip
-    request = SimpleNamespace(VERIFY_AND_WARM_INIT_BEGIN_AND_END=0)
-    return SimpleNamespace(KeyTuple=Tuple, DataTuple=Tuple, Target=lambda **kw: kw, client=client,
-                           ProfileInfo=lambda *args: args, ForwardingConfig=lambda *args: args,
-                           bfruntime_pb2=SimpleNamespace(SetForwardingPipelineConfigRequest=request))  # fmt: skip
-
-
-def tofino_view(log: list) -> list[tuple]:
-    """The BfRt writes in the P4Runtime decoding's form: table entries as they are, each group as the
-    `$pre.mgid` write with its nodes' (port, replica id) pairs."""
-    nodes: dict[int, tuple[int, int]] = {}
-    view = []
-    for change, table, key, action, data in log:
-        if table == "$pre.node":
-            fields = dict(data)
-            if change != "delete":
-                nodes[dict(key)["$MULTICAST_NODE_ID"]] = (fields["$DEV_PORT"][0], fields["$MULTICAST_RID"])
-        elif table == "$pre.mgid":
-            group = dict(key)["$MGID"]
-            ids = dict(data).get("$MULTICAST_NODE_ID", ())
-            replicas = tuple(nodes[node] for node in ids) if change != "delete" else None
-            view.append((change, "group", group, replicas))
-        else:
-            view.append((change, table, key, action, data) if change != "delete" else (change, table, key))
-    return view
-
-
 def bmv2_view(log: list[tuple]) -> list[tuple]:
     """Deletions without their data, as BfRt takes them."""
     return [entry[:3] if entry[0] == "delete" and entry[1] != "group" else
@@ -173,12 +103,10 @@ def test_both_targets_are_given_the_same_entries_for_every_registration_and_remo
     config = SwitchConfig(pool=POOL, words=WORDS, policy=policy)
     runtime, bfrt_log = RecordingRuntime(), []
     gc = fake_gc(bfrt_log)
-    tofino_build = Build("tofino", WORDS, POOL, tmp_path / "tofino.bin", tmp_path / "p4info", "",
-                         TofinoOutputs(tmp_path / "tofino.bin", tmp_path / "context.json", tmp_path / "bfrt.json", tmp_path / "r.json"))  # fmt: skip
     bmv2 = P4Switch(config, Bmv2Device(runtime, ZeroRegisters()), SWITCH_IP, SWITCH_MAC, ROUTES, build(WORDS, POOL))
     tofino_device = TofinoDevice(gc.client, gc, "cpu0", cpu_port=Bmv2Device.cpu_port)
     tofino_device.registers = lambda name: [0] * POOL  # no slot holds a job
-    tofino = P4Switch(config, tofino_device, SWITCH_IP, SWITCH_MAC, ROUTES, tofino_build)
+    tofino = P4Switch(config, tofino_device, SWITCH_IP, SWITCH_MAC, ROUTES, tofino_build(WORDS, POOL, tmp_path))
 
     first, second, third = jobs()
     for step in (lambda s: s.register(first), lambda s: s.register(second), lambda s: s.deregister(1),
