@@ -102,6 +102,7 @@ struct ina_meta_t {
     bit<16> seq_offset;      /* seq mod span */
     bit<32> prio;            /* min(priority, priority_cap) */
     bit<32> rest;            /* full & ~bitmap: the claim's missing bitmap (DATA), the swept partial's (SWEEP) */
+    bit<32> claim_bitmap;    /* what `missing` becomes on a claim (rest) or a flush (0) */
 
     /* the switch's own settings */
     bit<32> switch_ip;

@@ -98,14 +98,15 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
 
     /* -- stage 3: missing, and its copy for a second answer ------------------------------------ */
 
-    /* a claim: the old bitmap out (a stale or preempted partial's), every worker but this one missing */
+    /* a claim (every worker but this one missing) or a flush (none): the old bitmap out, a stale,
+     * preempted or flushed partial's. (Four register actions a register: claim and flush are one.) */
     INA_ACTION(bit<32>, bit<32>, missing, missing_claim)
         rv = value;
-        value = meta.rest;
+        value = meta.claim_bitmap;
     INA_END(missing)
 
     INA_UPDATE(bit<32>, missing_copy, missing_copy_claim)
-        value = meta.rest;
+        value = meta.claim_bitmap;
     INA_END(missing_copy)
 
     /* the slot's own chunk: this worker's bit out (0: a duplicate, or a free slot), and cleared */
@@ -122,16 +123,6 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         if (value != 0) {
             value = value & ~hdr.ina.bitmap;
         }
-    INA_END(missing_copy)
-
-    /* FLUSH and a RESEND's flush: the old bitmap out, the slot freed */
-    INA_ACTION(bit<32>, bit<32>, missing, missing_flush)
-        rv = value;
-        value = 0;
-    INA_END(missing)
-
-    INA_UPDATE(bit<32>, missing_copy, missing_copy_flush)
-        value = 0;
     INA_END(missing_copy)
 
     /* SWEEP: freed only if the slot still holds exactly the partial the control plane saw (answer 0) */
@@ -175,6 +166,13 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     INA_END(prio)
 
     apply {
+        /* what a claim leaves missing: every worker but this one; a flush: none */
+        if (FLUSHING) {
+            meta.claim_bitmap = 0;
+        } else {
+            meta.claim_bitmap = meta.rest;
+        }
+
         /* stage 1 */
         if (FLUSHING || CARRY.pass == PASS_REDIRECT) {
             INA_DO(redirect_key);
@@ -202,15 +200,12 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         }
 
         /* stage 3: how the packet meets the slot (the same conditions set meta.path for later stages) */
-        if (IS_TAKE || IS_CLAIM) {
+        if (IS_TAKE || IS_CLAIM || IS_FLUSH) {
             INA_RUN(meta.old_missing, missing_claim);
             INA_DO(missing_copy_claim);
         } else if (IS_SAME) {
             INA_RUN(meta.old_missing, missing_add);
             INA_RUN(meta.missing_pred, missing_copy_add);
-        } else if (IS_FLUSH) {
-            INA_RUN(meta.old_missing, missing_flush);
-            INA_DO(missing_copy_flush);
         } else if (IS_SWEEP) {
             INA_RUN(meta.old_missing, missing_sweep);
             INA_DO(missing_copy_sweep);

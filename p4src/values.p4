@@ -6,8 +6,8 @@
 #ifndef INA_VALUES_P4
 #define INA_VALUES_P4
 
-/* The bodies: `value` is the register word, `w` the packet's, `rv` what goes into the packet. */
-#define WORD_STORE(w) value = w;
+/* The bodies: `value` is the register word, `w` the packet's, `rv` what goes into the packet. A
+ * stateful ALU has four register actions a register: a store is a swap whose answer is dropped. */
 #define WORD_SWAP(w) rv = value; value = w;
 #define WORD_ADD(w) value = value + w; rv = value;
 #define WORD_MAX(w) if (w > value) { value = w; } rv = value;
@@ -52,8 +52,6 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
 
 #define TNA_WORD_REGISTER(i) \
     Register<bit<32>, bit<32>>(POOL) ina_value_##i; \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) store_##i = { \
-        void apply(inout bit<32> value) { WORD_STORE(hdr.words[i].value) } }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) swap_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_SWAP(hdr.words[i].value) } }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) add_##i = { \
@@ -64,7 +62,7 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
         void apply(inout bit<32> value, out bit<32> rv) { WORD_READ(hdr.words[i].value) } };
 
 #define TNA_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
-    if (STORE) { store_##i.execute(meta.slot); } \
+    if (STORE) { swap_##i.execute(meta.slot); } \
     else if (SWAP) { hdr.words[i].value = swap_##i.execute(meta.slot); } \
     else if (ADD) { hdr.words[i].value = add_##i.execute(meta.slot); } \
     else if (MAX) { hdr.words[i].value = max_##i.execute(meta.slot); } \
@@ -105,14 +103,13 @@ control EgressWords(inout headers_t hdr, inout ina_meta_t meta) {
 INA_WORD_REGISTERS  /* one array at the top level: the ingress and the egress words are its parts */
 
 #define V1_WORD_STEPS \
-    INA_WORD_STEP_ACTION(word_store, WORD_STORE) \
     INA_WORD_STEP_ACTION(word_swap, WORD_SWAP) \
     INA_WORD_STEP_ACTION(word_add, WORD_ADD) \
     INA_WORD_STEP_ACTION(word_max, WORD_MAX) \
     INA_WORD_STEP_ACTION(word_read, WORD_READ)
 
 #define V1_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
-    if (STORE) { word_store(i, hdr.words[i].value); } \
+    if (STORE) { bit<32> kept = hdr.words[i].value; word_swap(i, kept); } \
     else if (SWAP) { word_swap(i, hdr.words[i].value); } \
     else if (ADD) { word_add(i, hdr.words[i].value); } \
     else if (MAX) { word_max(i, hdr.words[i].value); } \
