@@ -8,24 +8,28 @@
 #define INA_ARCH_TNA
 #define INA_CARRY_HEADER
 
-#if WORDS > 64
-#error "WORDS (K) must be at most 64 on Tofino: one stateful ALU per value word"
+/* One stateful ALU a value word, since each answers one 32-bit word a pass: the ingress has 31 after
+ * the slot decision (stages 0-3 decide, stage 4 has the priority and three words, stages 5-11 four
+ * each), the egress the words its parser reaches: it sees a frame's first 160 bytes, of which the
+ * bridge and the headers take 83, so the egress sums the first words, at most 19. */
+#define INGRESS_WORD_ALUS 31
+#define EGRESS_WORDS_MAX 19
+#if WORDS > INGRESS_WORD_ALUS + EGRESS_WORDS_MAX
+#error "WORDS (K) must be at most 50 on Tofino 1: 31 words in the ingress, 19 in the egress (docs/p4.md, Tofino)"
 #endif
-
-/* Stages 0-3 decide, stage 4 has the priority and three words, stages 5-11 four words each. */
-#ifndef INGRESS_WORDS
-#if WORDS < 31
-#define INGRESS_WORDS WORDS
+#ifndef EGRESS_WORDS
+#if WORDS > INGRESS_WORD_ALUS
+#define EGRESS_WORDS (WORDS - INGRESS_WORD_ALUS)
 #else
-#define INGRESS_WORDS 31
+#define EGRESS_WORDS 0
 #endif
 #endif
 
-#define INA_REGISTER(T, inst, pname) @name(pname) Register<T, bit<32>>(POOL) inst;
-#define INA_PAIR_REGISTER(inst, pname) @name(pname) Register<pair_t, bit<32>>(POOL) inst;
+#define INA_REGISTER(T, inst, pname) @name(pname) Register<T, bit<16>>(POOL) inst;
+#define INA_PAIR_REGISTER(inst, pname) @name(pname) Register<pair_t, bit<16>>(POOL) inst;
 
-#define INA_ACTION(T, U, reg, act) RegisterAction<T, bit<32>, U>(reg) act = { void apply(inout T value, out U rv) {
-#define INA_UPDATE(T, reg, act) RegisterAction<T, bit<32>, bit<32>>(reg) act = { void apply(inout T value) {
+#define INA_ACTION(T, U, reg, act) RegisterAction<T, bit<16>, U>(reg) act = { void apply(inout T value, out U rv) {
+#define INA_UPDATE(T, reg, act) RegisterAction<T, bit<16>, bit<8>>(reg) act = { void apply(inout T value) {
 #define INA_END(reg) } };
 #define INA_PAIR_ACTION(U, reg, act) INA_ACTION(pair_t, U, reg, act)
 #define INA_PAIR_UPDATE(reg, act) INA_UPDATE(pair_t, reg, act)
@@ -33,7 +37,20 @@
 
 #define INA_RUN(dst, act) dst = act.execute(meta.slot)
 #define INA_DO(act) act.execute(meta.slot)
+#ifdef INA_TESTGEN
+/* p4testgen's cases are of a registered job: the control plane writes only such entries
+ * (ina/p4/entries.py), and p4testgen would otherwise choose any values. */
+extern void testgen_assume(in bool check);
+#define INA_ASSUME(check) testgen_assume(check)
+/* p4testgen cannot evaluate `this.predicate()` ("Cast failed: this with type This is not a
+ * PathExpression"): for it, the predicate is written as its encoding, as on v1model. */
+#define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
+#define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
+#else
+#define INA_ASSUME(check)
 #define INA_PREDICATE(lo, hi) this.predicate(lo, hi)
+#define INA_PREDICATE1(lo) this.predicate(lo)
+#endif
 
 #define INA_COUNTER(inst, pname, size) @name(pname) Counter<bit<32>, bit<32>>(size, CounterType_t.PACKETS) inst;
 

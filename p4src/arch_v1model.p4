@@ -6,28 +6,30 @@
 
 #define INA_ARCH_V1MODEL
 
-/* BMv2 has no stage budget: half the words are summed in the egress, so that the conformance
- * vectors exercise the RESULT's recirculation as the Tofino program takes it. */
-#ifndef INGRESS_WORDS
-#define INGRESS_WORDS (WORDS / 2)
+/* BMv2 has no stage budget: the first half of the words are summed in the egress, so that the
+ * conformance vectors exercise the egress words and the RESULT's recirculation as on Tofino. */
+#ifndef EGRESS_WORDS
+#define EGRESS_WORDS (WORDS / 2)
 #endif
 
 #define INA_REGISTER(T, inst, pname) @name(pname) register<T>(POOL) inst;
 #define INA_PAIR_REGISTER(inst, pname) @name(pname) register<bit<64>>(POOL) inst;
 
 /* A register action with an output `rv`, one without, and one on a pair entry: `value` is the entry. */
-#define INA_ACTION(T, U, reg, act) action act(out U rv) { T value; reg.read(value, meta.slot);
-#define INA_UPDATE(T, reg, act) action act() { T value; reg.read(value, meta.slot);
-#define INA_END(reg) reg.write(meta.slot, value); }
-#define INA_PAIR_ACTION(U, reg, act) action act(out U rv) { pair_t value; bit<64> cell; reg.read(cell, meta.slot); \
+#define INA_ACTION(T, U, reg, act) action act(out U rv) { T value; reg.read(value, (bit<32>)meta.slot);
+#define INA_UPDATE(T, reg, act) action act() { T value; reg.read(value, (bit<32>)meta.slot);
+#define INA_END(reg) reg.write((bit<32>)meta.slot, value); }
+#define INA_PAIR_ACTION(U, reg, act) action act(out U rv) { pair_t value; bit<64> cell; reg.read(cell, (bit<32>)meta.slot); \
     value.lo = cell[31:0]; value.hi = cell[63:32];
-#define INA_PAIR_UPDATE(reg, act) action act() { pair_t value; bit<64> cell; reg.read(cell, meta.slot); \
+#define INA_PAIR_UPDATE(reg, act) action act() { pair_t value; bit<64> cell; reg.read(cell, (bit<32>)meta.slot); \
     value.lo = cell[31:0]; value.hi = cell[63:32];
-#define INA_PAIR_END(reg) reg.write(meta.slot, value.hi ++ value.lo); }
+#define INA_PAIR_END(reg) reg.write((bit<32>)meta.slot, value.hi ++ value.lo); }
 
+#define INA_ASSUME(check)
 #define INA_RUN(dst, act) act(dst)
 #define INA_DO(act) act()
 #define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
+#define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
 
 /* The value words: one array, word i of slot s at s * WORDS + i; one action per word step, whose
  * body (values.p4) is the Tofino RegisterAction's. */
@@ -35,7 +37,7 @@
 #define INA_WORD_STEP_ACTION(act, BODY) \
     action act(in bit<32> i, inout bit<32> word) { \
         bit<32> value; bit<32> rv = word; \
-        words_register.read(value, meta.slot * WORDS + i); BODY(word) words_register.write(meta.slot * WORDS + i, value); \
+        words_register.read(value, (bit<32>)meta.slot * WORDS + i); BODY(word) words_register.write((bit<32>)meta.slot * WORDS + i, value); \
         word = rv; \
     }
 

@@ -5,14 +5,14 @@
 #define INA_COUNTERS_P4
 
 /* `arrived`: the packet's first pass (a later pass counts no rx). */
-control Count(in ina_meta_t meta, in bool arrived) {
+control Count(in ina_meta_t meta, in bit<1> arrived) {
     INA_COUNTER(rx, ".ina_rx", 1)
     INA_COUNTER(outcomes, ".ina_outcomes", OUTCOMES)
     INA_COUNTER(events, ".ina_events", EVENTS)
 
     apply {
         if (meta.from_cpu == 0) {
-            if (arrived) {
+            if (arrived == 1) {
                 rx.count(0);
             }
             if (meta.outcome != NO_OUTCOME) {
@@ -61,6 +61,8 @@ control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {
         }
         if (CARRY.out_kind == OUT_RECIRC) {
             /* the architecture recirculates it */
+        } else if (hdr.ina.isValid() && CARRY.out_kind == OUT_DROP) {
+            meta.drop = 1;  /* the egress words were all it came for */
         } else if (hdr.ina.isValid() && CARRY.out_kind == OUT_RESULT) {
             if (replicas.apply().hit) {
                 tx.count(0);

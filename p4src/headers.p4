@@ -3,8 +3,8 @@
  * Compile-time parameters (set with -D by `ina p4 build`):
  *   POOL           aggregator slots P, a power of two (default 64)
  *   WORDS          32-bit payload words per packet K, 1..256 (default 64; at most 64 on Tofino)
- *   INGRESS_WORDS  how many of the K value words the ingress sums; the egress sums the rest
- *                  (default: arch_tna.p4 and arch_v1model.p4 say)
+ *   EGRESS_WORDS   how many of the K value words (the first ones) the egress sums; the ingress
+ *                  sums the rest (default: arch_tna.p4 and arch_v1model.p4 say)
  */
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4
@@ -75,13 +75,14 @@ const bit<8> KIND_STATUS = 5;
 const bit<8> KIND_FETCH = 6;
 const bit<8> KIND_SWEEP = 7;
 
-const bit<8> FLAG_RESEND = 0x01;
-const bit<8> FLAG_MAX = 0x02;
+/* FLAG_RESEND is bit 0 (0x01): the switch reads it as hdr.ina.flags[0:0] */
+/* FLAG_MAX is bit 1 (0x02): hdr.ina.flags[1:1], the key's operation bit */
+const bit<8> FLAG_MAX_BIT = 0x02;
 const bit<8> KNOWN_FLAGS = 0x03;
 
 /* A chunk key as the slot registers hold it: a valid bit (bit 17, so that 0 is "no key"), the
- * operation bit (KEY_MAX) and the job id. The sequence number lives in a register of its own. */
-const bit<32> KEY_MAX = 0x00010000;
+ * operation bit (bit 16, set for MAX) and the job id. The sequence number lives in a register of its
+ * own. */
 
 header ethernet_h {
     bit<48> dst;
@@ -145,10 +146,10 @@ struct pair_t {
     ANNOTATION bit<32> expect_id;     /* PASS_CLAIM: the key the first pass saw in the slot */ \
     ANNOTATION bit<32> expect_seq; \
     ANNOTATION bit<8>  eg_action;     /* SLOT_*: what the egress words do */ \
-    ANNOTATION bit<32> eg_slot;       /* their slot */ \
+    ANNOTATION bit<16> eg_slot;       /* their slot */ \
     ANNOTATION bit<16> group;         /* PASS_REPLICATE: the job's multicast group */ \
     ANNOTATION bit<8>  out_kind;      /* OUT_*: what leaves */ \
-    ANNOTATION bit<8>  parse_words;   /* TNA's egress parser: 0 none, 1 the ingress words, 2 all */ \
+    ANNOTATION bit<8>  parse_words;   /* TNA's egress parser: 1 if the frame carries the egress words */ \
     ANNOTATION bit<16> from_port;     /* the port the frame came in by (Ethernet flooding) */
 
 #define INA_NO_ANNOTATION

@@ -49,7 +49,10 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             CARRY.out_kind = OUT_RESULT;
             meta.mcast_group = CARRY.group;
         } else {
-            bool arrived = CARRY.pass == PASS_FIRST;
+            bit<1> arrived = 0;
+            if (CARRY.pass == PASS_FIRST) {
+                arrived = 1;
+            }
             meta.outcome = NO_OUTCOME;
             meta.event = NO_EVENT;
             identity.apply(meta);
@@ -60,8 +63,8 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             }
             if (meta.outcome == NO_OUTCOME) {
                 slots.apply(hdr, meta);
-                words.apply(hdr, meta);
                 choose.apply(hdr, meta);
+                words.apply(hdr, meta);
                 decide.apply(hdr, meta);
                 if (meta.output != OUT_RECIRC) {
                     CARRY.pass = PASS_FIRST;

@@ -2,9 +2,9 @@
  * (docs/p4.md lists what differs between the two and why), with this file mapping TNA's intrinsic
  * metadata to their fields and back:
  *
- *   ingress  stage 0 the tables; 1-4 the slot registers (slots.p4); 4-11 the first INGRESS_WORDS
- *            value words (values.p4); the decision and the header rewrite (outputs.p4)
- *   egress   the last WORDS - INGRESS_WORDS value words, RESULT copies' destinations, tx
+ *   ingress  stage 0 the tables; 1-4 the slot registers (slots.p4); 4-11 the value words after the
+ *            first EGRESS_WORDS (values.p4); the decision and the header rewrite (outputs.p4)
+ *   egress   the first EGRESS_WORDS value words, RESULT copies' destinations, tx
  *
  * A packet's later pass, and a RESULT whose last words the egress summed, go round through the
  * recirculation port RECIRC_PORT (pipe 0's by default) with the bridge header in front.
@@ -41,7 +41,10 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta,
     InaIngressLogic() logic;
 
     apply {
-        meta.parser_error = ig_prsr_md.parser_err == 0 ? 1w0 : 1w1;
+        meta.parser_error = 0;
+        if (ig_prsr_md.parser_err != 0) {
+            meta.parser_error = 1;
+        }
         meta.truncated = 0;  /* a frame shorter than its headers is a parser error here */
         meta.now = ig_prsr_md.global_tstamp[41:10];
         meta.in_port = ig_intr_md.ingress_port;

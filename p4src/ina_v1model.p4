@@ -4,7 +4,7 @@
  *   validate.p4   malformed and unexpected packets
  *   jobs.p4       the job table: unregistered, bad_slot, bad_format
  *   slots.p4      the slot decision: redirect, key, missing bitmap, priority; esa or atp
- *   values.p4     the value words (the first INGRESS_WORDS here, the rest in the egress)
+ *   values.p4     the value words (the first EGRESS_WORDS in the egress, the rest here)
  *   outputs.p4    what leaves: forwarding to the PS, PARTIALs, RESULT replication
  *   counters.p4   rx, outcomes, events; the egress (tx, replicas, the last words)
  *   forwarding.p4 Ethernet forwarding of everything else; the control plane's port

@@ -89,18 +89,27 @@ struct ina_meta_t {
     bit<1>  is_ina;          /* UDP to INA_PORT */
     bit<1>  from_cpu;        /* a packet-out from the control plane (table ina_cpu_ports) */
     bit<16> expected_udp_len;
+    bit<16> ip_udp_gap;      /* IPv4 total length - UDP length: the IPv4 header's 20 */
     bit<1>  rank_ok;         /* DATA: bitmap == 1 << rank < 2^32 (table ina_ranks) */
 
     /* the job table */
     bit<32> full;            /* 2^n - 1 */
+#ifdef INA_TESTGEN
+    bit<16> span_mask;       /* what the assumptions of p4testgen's cases check */
+    bit<16> neg_slot_base;
+#endif
     bit<8>  fanin;           /* n */
     bit<8>  lane_bits;
     bit<32> ps_ip;
     bit<16> ps_port;
+    bit<32> from_ps_ip;      /* source IP xor the PS's (0: from the job's PS) */
+    bit<16> from_ps_port;
     bit<1>  worker_known;    /* DATA: the worker table holds (job, rank, source) */
     bit<SLOT_BITS> slot_offset;  /* slot - slot_base (mod P): must equal seq mod span */
     bit<16> seq_offset;      /* seq mod span */
-    bit<32> prio;            /* min(priority, priority_cap) */
+    bit<8>  prio;            /* min(priority, priority_cap) */
+    bit<8>  priority_cap;
+    bit<8>  prio_gap;        /* priority_cap - priority, saturating at 0 (0: at or over the cap) */
     bit<32> rest;            /* full & ~bitmap: the claim's missing bitmap (DATA), the swept partial's (SWEEP) */
     bit<32> claim_bitmap;    /* what `missing` becomes on a claim (rest) or a flush (0) */
 
@@ -110,19 +119,27 @@ struct ina_meta_t {
     bit<1>  esa;
 
     /* the packet as the slot sees it */
-    bit<32> slot;            /* register index */
+    bit<16> slot;            /* register index */
     bit<32> key_id;          /* KEY_VALID | op | job */
+    bit<32> key_id_other_op; /* this job's key id of the other operation */
     bit<1>  op_max;
     bit<1>  first;           /* not a RESEND */
+    bit<1>  data_first;      /* a DATA on its first pass */
+    bit<1>  flushing;        /* a FLUSH, a SWEEP, or a RESEND's flush pass */
+    bit<1>  sweep;           /* a SWEEP */
+    bit<1>  claim_pass;      /* the claim pass */
 
     /* what the registers answered */
-    bit<4>  redirected;      /* redirect == this key: PRED_LO & PRED_HI both */
-    bit<32> id_x;            /* key_id ^ this key id (0: the same key id) */
-    bit<32> seq_d;           /* key_seq - seq (0: the same seq; negative: this chunk is newer) */
+    bit<4>  redirect_id_pred;   /* redirect_id is this key id (PRED_LO) */
+    bit<4>  redirect_seq_pred;  /* redirect_seq is this seq (PRED_LO) */
+    bit<32> old_id;          /* key_id */
+    bit<4>  id_pred;         /* key_id is this key id, or (claim pass) the expected one (PRED_LO) */
+    bit<32> old_seq;         /* key_seq */
+    bit<4>  seq_pred;        /* this chunk is newer (lo), the same seq (hi) */
     bit<32> old_missing;     /* the bitmap of missing workers before this packet, or (PATH_SAME) its bit */
-    bit<4>  missing_pred;    /* PATH_SAME: free (PRED_LO), this worker the last missing (PRED_HI) */
-    bit<32> prio_d;          /* prio - this packet's prio (negative: the slot's chunk has the lower priority) */
-    bit<32> old_prio;
+    bit<4>  missing_pred;    /* free (PRED_LO); PATH_SAME: this worker the last missing (PRED_HI) */
+    bit<4>  prio_lower;      /* the slot's chunk has the lower priority (PRED_LO) */
+    bit<8>  old_prio;
 
     /* decisions */
     bit<8>  path;

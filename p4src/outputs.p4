@@ -20,16 +20,16 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         meta.outcome = NO_OUTCOME;
         CARRY.pass = pass;
         CARRY.claim_kind = kind;
-        CARRY.expect_id = meta.id_x ^ meta.key_id;
-        CARRY.expect_seq = meta.seq_d + hdr.ina.seq;
+        CARRY.expect_id = meta.old_id;
+        CARRY.expect_seq = meta.old_seq;
     }
 
     /* The slot's own partial leaves as a PARTIAL to this job's PS. */
     action evict_own() {
         meta.partial_id = meta.key_id;
-        meta.partial_seq = meta.seq_d + hdr.ina.seq;
+        meta.partial_seq = meta.old_seq;
         meta.partial_full = meta.full;
-        meta.partial_lanes = meta.op_max == 1 ? 8w32 : meta.lane_bits;
+        meta.partial_lanes = meta.lane_bits;
         meta.partial_ps_ip = meta.ps_ip;
         meta.partial_ps_port = meta.ps_port;
         meta.partial_missing = meta.old_missing;
@@ -40,7 +40,7 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
     @name(".ina_victim")
     action victim(bit<32> full, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port) {
         meta.partial_full = full;
-        meta.partial_lanes = (CARRY.expect_id & KEY_MAX) == 0 ? lane_bits : 8w32;
+        meta.partial_lanes = lane_bits;
         meta.partial_ps_ip = ps_ip;
         meta.partial_ps_port = ps_port;
     }
@@ -58,21 +58,20 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         if (CARRY.pass == PASS_REDIRECT) {
             /* the collision decided on the first pass: its chunk's later packets follow it */
             send(OUT_TO_PS, OUTCOME_COLLISION);
-        } else if (FLUSHING) {
+        } else if (meta.flushing == 1) {
             /* FLUSH from the PS, the control plane's idle sweep, or a RESEND's flush */
-            bool hit = meta.slot_action == SLOT_READ;
-            if (hit) {
+            if (meta.slot_action == SLOT_READ) {
                 evict_own();
-                if (hdr.ina.kind == KIND_SWEEP) {
-                    meta.partial_missing = meta.rest;
-                }
             }
-            if (hdr.ina.kind == KIND_SWEEP) {
-                meta.event = hit ? EVENT_SWEPT : NO_EVENT;
-            } else if (hdr.ina.kind == KIND_FLUSH) {
+            if (meta.slot_action == SLOT_READ && hdr.ina.kind == KIND_SWEEP) {
+                meta.partial_missing = meta.rest;
+                meta.event = EVENT_SWEPT;
+            } else if (meta.slot_action == SLOT_READ && hdr.ina.kind == KIND_FLUSH) {
+                meta.event = EVENT_FLUSH_HITS;
+            }
+            if (hdr.ina.kind == KIND_FLUSH) {
                 meta.outcome = OUTCOME_FLUSH_REQUESTS;
-                meta.event = hit ? EVENT_FLUSH_HITS : NO_EVENT;
-            } else {
+            } else if (hdr.ina.kind != KIND_SWEEP) {
                 meta.outcome = OUTCOME_FLUSHED;
             }
         } else if (CARRY.pass == PASS_CLAIM) {
@@ -80,11 +79,15 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
                 meta.outcome = OUTCOME_CLAIMED;
                 if (meta.old_missing != 0) {
                     meta.partial_id = CARRY.expect_id;
-                    meta.partial_seq = meta.seq_d + hdr.ina.seq;
+                    meta.partial_seq = meta.old_seq;
                     meta.partial_missing = meta.old_missing;
                     victims.apply();
                     meta.output = OUT_PARTIAL;
-                    meta.event = CARRY.claim_kind == CLAIM_PREEMPT ? EVENT_PREEMPTED : EVENT_STALE;
+                    if (CARRY.claim_kind == CLAIM_PREEMPT) {
+                        meta.event = EVENT_PREEMPTED;
+                    } else {
+                        meta.event = EVENT_STALE;
+                    }
                 } else if (meta.rest == 0) {
                     meta.output = OUT_RESULT;
                     meta.event = EVENT_COMPLETED;
@@ -129,16 +132,16 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         } else if (meta.first == 0) {
             /* a RESEND on a free slot or another chunk's: only the PS can hold its result */
             send(OUT_TO_PS, OUTCOME_RESEND_FORWARDED);
-        } else if (meta.old_missing == 0) {
+        } else if ((meta.missing_pred & PRED_LO) != 0) {
             next_pass(PASS_CLAIM, CLAIM_FREE);
-        } else if (meta.id_x == 0 || meta.id_x == KEY_MAX) {
+        } else if (SAME_ID || meta.old_id == meta.key_id_other_op) {
             /* another chunk of this job */
             if (NEWER) {
                 next_pass(PASS_CLAIM, CLAIM_STALE);
             } else {
                 send(OUT_TO_PS, OUTCOME_STRAGGLER);
             }
-        } else if (meta.esa == 1 && meta.fanin > 1 && meta.prio_d[31:31] == 1) {
+        } else if (meta.esa == 1 && meta.fanin > 1 && (meta.prio_lower & PRED_LO) != 0) {
             next_pass(PASS_CLAIM, CLAIM_PREEMPT);
         } else {
             next_pass(PASS_REDIRECT, CLAIM_FREE);
@@ -177,28 +180,13 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.udp.checksum = 0;
     }
 
-    action chunk_header(bit<8> kind, bit<32> id, bit<8> priority, bit<32> seq, bit<8> lane_bits, bit<32> bitmap) {
-        hdr.ina.kind = kind;
-        hdr.ina.flags = (id & KEY_MAX) == 0 ? 8w0 : FLAG_MAX;
-        hdr.ina.job = id[15:0];
-        hdr.ina.rank = 0;
-        hdr.ina.priority = priority;
-        hdr.ina.seq = seq;
-        hdr.ina.index_bits = 0;
-        hdr.ina.lane_bits = lane_bits;
-        hdr.ina.bitmap = bitmap;
-    }
-
     apply {
         CARRY.eg_slot = meta.slot;
         CARRY.eg_action = meta.slot_action;
         CARRY.from_port = (bit<16>)meta.in_port;
+        CARRY.parse_words = 1;
         if (meta.slot_action == SLOT_NONE) {
             CARRY.parse_words = 0;
-        } else if (hdr.ina.kind == KIND_DATA) {
-            CARRY.parse_words = 2;
-        } else {
-            CARRY.parse_words = 1;
         }
         if (meta.output == OUT_TO_PS) {
             /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */
@@ -207,16 +195,35 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             hdr.udp.checksum = 0;
             routes.apply();
         } else if (meta.output == OUT_PARTIAL) {
-            chunk_header(KIND_PARTIAL, meta.partial_id, meta.old_prio[7:0], meta.partial_seq, meta.partial_lanes,
-                         meta.partial_full & ~meta.partial_missing);
+            /* the partial's key, its priority and the workers it holds (lanes: a MAX chunk's words are whole) */
+            hdr.ina.kind = KIND_PARTIAL;
+            hdr.ina.flags = 0;
+            if (meta.partial_id[16:16] == 1) {
+                hdr.ina.flags = FLAG_MAX_BIT;
+            }
+            hdr.ina.job = meta.partial_id[15:0];
+            hdr.ina.rank = 0;
+            hdr.ina.priority = meta.old_prio;
+            hdr.ina.seq = meta.partial_seq;
+            hdr.ina.index_bits = 0;
+            hdr.ina.lane_bits = meta.partial_lanes;
+            if (meta.partial_id[16:16] == 1) {
+                hdr.ina.lane_bits = 32;
+            }
+            hdr.ina.bitmap = meta.partial_full & ~meta.partial_missing;
             from_switch();
             hdr.ipv4.dst = meta.partial_ps_ip;
             hdr.udp.dst_port = meta.partial_ps_port;
             routes.apply();
         } else if (meta.output == OUT_RESULT) {
-            chunk_header(KIND_RESULT, meta.key_id, 0, hdr.ina.seq, hdr.ina.lane_bits, meta.full);
+            /* this chunk's key; every worker's contribution */
+            hdr.ina.kind = KIND_RESULT;
+            hdr.ina.rank = 0;
+            hdr.ina.priority = 0;
+            hdr.ina.flags = hdr.ina.flags & FLAG_MAX_BIT;
+            hdr.ina.bitmap = meta.full;
             from_switch();
-#if WORDS > INGRESS_WORDS
+#if EGRESS_WORDS > 0
             /* the egress sums the last words, then the RESULT comes back to be replicated */
             CARRY.pass = PASS_REPLICATE;
             meta.output = OUT_RECIRC;
@@ -226,6 +233,11 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
 #endif
         } else if (meta.output == OUT_RECIRC) {
             meta.egress_port = INA_RECIRC_PORT;
+#if EGRESS_WORDS > 0
+        } else if (meta.slot_action != SLOT_NONE) {
+            /* dropped, but only once the egress has summed or stored its words */
+            meta.egress_port = INA_RECIRC_PORT;
+#endif
         } else {
             meta.drop = 1;
         }

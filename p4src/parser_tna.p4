@@ -4,65 +4,33 @@
 #ifndef INA_PARSER_TNA_P4
 #define INA_PARSER_TNA_P4
 
-/* Ethernet, IPv4, UDP to INA_PORT, the ina header and its words: in the ingress, a DATA's K words
- * (and a RESULT's, back to be replicated); in the egress, the words the bridge says are there. */
-parser InaFrame(packet_in packet, inout headers_t hdr, inout ina_meta_t meta)(bool egress) {
-    state start {
-        packet.extract(hdr.ethernet);
-        transition select(hdr.ethernet.ether_type) {
-            ETHERTYPE_IPV4: parse_ipv4;
-            default: accept;
-        }
+/* Ethernet, IPv4, UDP to INA_PORT, up to the ina header: the states every path shares, named
+ * P_ethernet, P_ipv4, P_udp; each path has its own P_ina, which decides which words to extract. */
+#define INA_FRAME_STATES(P) \
+    state P##_ethernet { \
+        packet.extract(hdr.ethernet); \
+        transition select(hdr.ethernet.ether_type) { \
+            ETHERTYPE_IPV4: P##_ipv4; \
+            default: accept; \
+        } \
+    } \
+    state P##_ipv4 { \
+        packet.extract(hdr.ipv4); \
+        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) { \
+            (4w4, 4w5, 13w0, IP_PROTO_UDP): P##_udp; \
+            default: accept; \
+        } \
+    } \
+    state P##_udp { \
+        packet.extract(hdr.udp); \
+        transition select(hdr.udp.dst_port) { \
+            INA_PORT: P##_ina; \
+            default: accept; \
+        } \
     }
-
-    state parse_ipv4 {
-        packet.extract(hdr.ipv4);
-        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
-            (4w5, 13w0, IP_PROTO_UDP): parse_udp;
-            default: accept;
-        }
-    }
-
-    state parse_udp {
-        packet.extract(hdr.udp);
-        transition select(hdr.udp.dst_port) {
-            INA_PORT: parse_ina;
-            default: accept;
-        }
-    }
-
-    state parse_ina {
-        meta.is_ina = 1;
-        packet.extract(hdr.ina);
-        transition select(egress, hdr.ina.kind, hdr.bridge.pass, hdr.bridge.parse_words) {
-            (false, KIND_DATA, _, _): parse_words;
-            (false, KIND_RESULT, PASS_REPLICATE, _): parse_words;
-            (true, _, _, 1): parse_ingress_words;
-            (true, _, _, 2): parse_words;
-            default: accept;
-        }
-    }
-
-    state parse_ingress_words {
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#define INA_EACH_WORD_COUNT INGRESS_WORDS
-#include "each_word.p4"
-#undef INA_EACH_WORD_COUNT
-#undef WORD_STEP
-        transition accept;
-    }
-
-    state parse_words {
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-        transition accept;
-    }
-}
 
 parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
                         out ingress_intrinsic_metadata_t ig_intr_md) {
-    InaFrame(false) frame;
 
     state start {
         packet.extract(ig_intr_md);
@@ -75,7 +43,7 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 
     state recirculated {
         packet.extract(hdr.bridge);
-        transition frame_;
+        transition again_ethernet;
     }
 
     state fresh {
@@ -90,11 +58,37 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         hdr.bridge.out_kind = OUT_DROP;
         hdr.bridge.parse_words = 0;
         hdr.bridge.from_port = 0;
-        transition frame_;
+        transition fresh_ethernet;
     }
 
-    state frame_ {
-        frame.apply(packet, hdr, meta);
+    INA_FRAME_STATES(fresh)
+    INA_FRAME_STATES(again)
+
+    /* a DATA's K words */
+    state fresh_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.ina.kind) {
+            KIND_DATA: parse_words;
+            default: accept;
+        }
+    }
+
+    /* a later pass: a DATA's K words, or a RESULT's, back to be replicated */
+    state again_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.ina.kind) {
+            KIND_DATA: parse_words;
+            KIND_RESULT: parse_words;
+            default: accept;
+        }
+    }
+
+    state parse_words {
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#include "each_word.p4"
+#undef WORD_STEP
         transition accept;
     }
 }
@@ -108,12 +102,31 @@ control InaIngressDeparser(packet_out packet, inout headers_t hdr, in ina_meta_t
 
 parser InaEgressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
                        out egress_intrinsic_metadata_t eg_intr_md) {
-    InaFrame(true) frame;
-
     state start {
         packet.extract(eg_intr_md);
         packet.extract(hdr.bridge);
-        frame.apply(packet, hdr, meta);
+        transition eg_ethernet;
+    }
+
+    INA_FRAME_STATES(eg)
+
+    /* the egress words, when the ingress left the egress to sum or read them; the rest of the frame
+     * goes through as payload */
+    state eg_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.bridge.parse_words) {
+            1: parse_egress_words;
+            default: accept;
+        }
+    }
+
+    state parse_egress_words {
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#define INA_EACH_WORD_COUNT EGRESS_WORDS
+#include "each_word.p4"
+#undef INA_EACH_WORD_COUNT
+#undef WORD_STEP
         transition accept;
     }
 }

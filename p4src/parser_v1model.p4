@@ -15,8 +15,8 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
-            (4w5, 13w0, IP_PROTO_UDP): parse_udp;
+        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (4w4, 4w5, 13w0, IP_PROTO_UDP): parse_udp;
             default: accept;
         }
     }

@@ -2,95 +2,132 @@
  * TNA: the registers in their stage order (docs/p4.md, "Stages"), each read and written by one
  * register action per pass, each action a Tofino stateful ALU's (two comparisons, one output):
  *
- *   stage 1  redirect (a pair: seq, id)   key_id
- *   stage 2  key_seq                      touched
- *   stage 3  missing                      missing_copy (the same updates, another output)
+ *   stage 1  redirect_id, redirect_seq    key_id, key_id_copy
+ *   stage 2  key_seq, key_seq_copy        touched
+ *   stage 3  missing, missing_copy
  *   stage 4  prio                         (the value words follow, values.p4)
+ *
+ * A copy takes the same writes as its register and answers another question: the registers answer
+ * with values later stages compute with, the copies with 4-bit predicates that a stage's gateway
+ * can test (a gateway takes a few dozen bits, not the 32-bit compares of every condition). 
  *
  * A slot is free when `missing` (the workers whose contribution it still lacks) is 0: completing a
  * chunk frees its slot without touching the key registers before it, which keep the key of the
  * slot's last chunk. A write that must be decided after its register's stage is done on a later
  * pass (meta.pass), which first re-checks that the slot still holds the key the first pass saw.
  *
- * The registers answer in forms a stage can test against constants: key_id as its xor with this
- * key (0: the same), key_seq as its difference from this seq (0: the same; negative: this chunk is
- * newer), missing as the old bitmap or this worker's bit of it, prio as its difference from ours. */
+ * The values: the old key id and seq (for a later pass, a victim, a stale partial), missing as the
+ * old bitmap or this worker's bit of it, prio as the old priority or its difference from ours. */
 #ifndef INA_SLOTS_P4
 #define INA_SLOTS_P4
 
-const bit<32> SEQ_HALF = 0x80000000;  /* seq_d: exactly half the sequence space apart, neither newer nor older */
-
-/* The conditions every stage tests, on what the registers before it answered. */
-#define DATA_FIRST_PASS (hdr.ina.kind == KIND_DATA && CARRY.pass == PASS_FIRST)
-#define FLUSHING (hdr.ina.kind == KIND_FLUSH || hdr.ina.kind == KIND_SWEEP || CARRY.pass == PASS_FLUSH)
-#define REDIRECTED (meta.redirected == 4w0b1000)
-#define SAME_ID (meta.id_x == 0)
-#define SAME_SEQ (meta.seq_d == 0)
-#define NEWER (meta.seq_d[31:31] == 1 && meta.seq_d != SEQ_HALF)
-#define MEETS_SLOT (DATA_FIRST_PASS && !REDIRECTED)
+/* The conditions the stages test, on the flags JobChecks set and what the registers before answered. */
+#define REDIRECTED ((meta.redirect_id_pred & PRED_LO) != 0 && (meta.redirect_seq_pred & PRED_LO) != 0)
+#define SAME_ID ((meta.id_pred & PRED_LO) != 0)            /* key_id is this key id (claim pass: the expected one) */
+#define NEWER ((meta.seq_pred & PRED_LO) != 0)             /* 0 < seq - key_seq < 2^31 */
+#define SAME_SEQ ((meta.seq_pred & PRED_HI) != 0)
+#define MEETS_SLOT (meta.data_first == 1 && !REDIRECTED)
 #define IS_TAKE (MEETS_SLOT && meta.first == 1 && SAME_ID && NEWER)
 #define IS_SAME (MEETS_SLOT && SAME_ID && SAME_SEQ)
-#define IS_CLAIM (CARRY.pass == PASS_CLAIM && SAME_ID)
-#define IS_FLUSH (FLUSHING && hdr.ina.kind != KIND_SWEEP && SAME_ID && SAME_SEQ)
-#define IS_SWEEP (hdr.ina.kind == KIND_SWEEP && SAME_ID && SAME_SEQ)
+#define IS_CLAIM (meta.claim_pass == 1 && SAME_ID)
+#define IS_FLUSH (meta.flushing == 1 && meta.sweep == 0 && SAME_ID && SAME_SEQ)
+#define IS_SWEEP (meta.sweep == 1 && SAME_ID && SAME_SEQ)
 
 control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
-    INA_PAIR_REGISTER(redirect, ".ina_redirect")
+    INA_REGISTER(bit<32>, redirect_id, ".ina_redirect_id")
+    INA_REGISTER(bit<32>, redirect_seq, ".ina_redirect_seq")
     INA_REGISTER(bit<32>, key_id, ".ina_key_id")
+    INA_REGISTER(bit<32>, key_id_copy, ".ina_key_id_copy")
     INA_REGISTER(bit<32>, key_seq, ".ina_key_seq")
+    INA_REGISTER(bit<32>, key_seq_copy, ".ina_key_seq_copy")
     INA_REGISTER(bit<32>, touched, ".ina_touched")
     INA_REGISTER(bit<32>, missing, ".ina_missing")
     INA_REGISTER(bit<32>, missing_copy, ".ina_missing_copy")
-    INA_REGISTER(bit<32>, prio, ".ina_prio")
+    INA_REGISTER(bit<8>, prio, ".ina_prio")
 
-    /* -- stage 1: redirect (lo = seq, hi = key id) and key_id ---------------------------------- */
+    /* -- stage 1: the redirect (its id and seq each a register: a stateful ALU takes two inputs) and key_id */
 
-    INA_PAIR_ACTION(bit<4>, redirect, redirect_check)
-        rv = INA_PREDICATE(value.lo == hdr.ina.seq, value.hi == meta.key_id);
-    INA_PAIR_END(redirect)
+    INA_ACTION(bit<32>, bit<4>, redirect_id, redirect_id_check)
+        rv = INA_PREDICATE1(value == meta.key_id);
+    INA_END(redirect_id)
 
     /* FLUSH, SWEEP, a RESEND's flush, a collision: this chunk's later packets go to the PS */
-    INA_PAIR_UPDATE(redirect, redirect_key)
-        value.lo = hdr.ina.seq;
-        value.hi = meta.key_id;
-    INA_PAIR_END(redirect)
+    INA_UPDATE(bit<32>, redirect_id, redirect_id_key)
+        value = meta.key_id;
+    INA_END(redirect_id)
 
     /* a preemption: the victim's later packets follow its partial to the PS */
-    INA_PAIR_UPDATE(redirect, redirect_victim)
-        value.lo = CARRY.expect_seq;
-        value.hi = CARRY.expect_id;
-    INA_PAIR_END(redirect)
+    INA_UPDATE(bit<32>, redirect_id, redirect_id_victim)
+        value = CARRY.expect_id;
+    INA_END(redirect_id)
 
-    INA_ACTION(bit<32>, bit<32>, key_id, key_id_compare)
-        rv = value ^ meta.key_id;
+    INA_ACTION(bit<32>, bit<4>, redirect_seq, redirect_seq_check)
+        rv = INA_PREDICATE1(value == hdr.ina.seq);
+    INA_END(redirect_seq)
+
+    INA_UPDATE(bit<32>, redirect_seq, redirect_seq_key)
+        value = hdr.ina.seq;
+    INA_END(redirect_seq)
+
+    INA_UPDATE(bit<32>, redirect_seq, redirect_seq_victim)
+        value = CARRY.expect_seq;
+    INA_END(redirect_seq)
+
+    INA_ACTION(bit<32>, bit<32>, key_id, key_id_read)
+        rv = value;
     INA_END(key_id)
 
-    /* the claim pass: take the slot if it still holds the key the first pass saw (answer 0) */
-    INA_ACTION(bit<32>, bit<32>, key_id, key_id_swap)
-        rv = value ^ CARRY.expect_id;
+    INA_ACTION(bit<32>, bit<4>, key_id_copy, key_id_copy_compare)
+        rv = INA_PREDICATE1(value == meta.key_id);
+    INA_END(key_id_copy)
+
+    /* the claim pass: take the slot if it still holds the key the first pass saw */
+    INA_UPDATE(bit<32>, key_id, key_id_swap)
         if (value == CARRY.expect_id) {
             value = meta.key_id;
         }
     INA_END(key_id)
 
+    INA_ACTION(bit<32>, bit<4>, key_id_copy, key_id_copy_swap)
+        rv = INA_PREDICATE1(value == CARRY.expect_id);
+        if (value == CARRY.expect_id) {
+            value = meta.key_id;
+        }
+    INA_END(key_id_copy)
+
     /* -- stage 2: key_seq and touched ---------------------------------------------------------- */
 
-    INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_compare)
-        rv = value - hdr.ina.seq;
+    INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_read)
+        rv = value;
     INA_END(key_seq)
 
     /* a first transmission of the slot's key id: a newer chunk takes the key */
     INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_take)
-        rv = value - hdr.ina.seq;
+        rv = value;
         if ((int<32>)(hdr.ina.seq - value) > 0) {
             value = hdr.ina.seq;
         }
     INA_END(key_seq)
 
     INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_swap)
-        rv = value - hdr.ina.seq;
+        rv = value;
         value = hdr.ina.seq;
     INA_END(key_seq)
+
+    INA_ACTION(bit<32>, bit<4>, key_seq_copy, key_seq_copy_compare)
+        rv = INA_PREDICATE((int<32>)(hdr.ina.seq - value) > 0, value == hdr.ina.seq);
+    INA_END(key_seq_copy)
+
+    INA_ACTION(bit<32>, bit<4>, key_seq_copy, key_seq_copy_take)
+        rv = INA_PREDICATE((int<32>)(hdr.ina.seq - value) > 0, value == hdr.ina.seq);
+        if ((int<32>)(hdr.ina.seq - value) > 0) {
+            value = hdr.ina.seq;
+        }
+    INA_END(key_seq_copy)
+
+    INA_UPDATE(bit<32>, key_seq_copy, key_seq_copy_swap)
+        value = hdr.ina.seq;
+    INA_END(key_seq_copy)
 
     INA_UPDATE(bit<32>, touched, touch)
         value = meta.now;
@@ -127,14 +164,14 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
 
     /* SWEEP: freed only if the slot still holds exactly the partial the control plane saw (answer 0) */
     INA_ACTION(bit<32>, bit<32>, missing, missing_sweep)
-        rv = value ^ meta.rest;
-        if (value == meta.rest) {
+        rv = value ^ meta.claim_bitmap;
+        if (value == meta.claim_bitmap) {
             value = 0;
         }
     INA_END(missing)
 
     INA_UPDATE(bit<32>, missing_copy, missing_copy_sweep)
-        if (value == meta.rest) {
+        if (value == meta.claim_bitmap) {
             value = 0;
         }
     INA_END(missing_copy)
@@ -143,59 +180,84 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         rv = value;
     INA_END(missing)
 
+    INA_ACTION(bit<32>, bit<4>, missing_copy, missing_copy_read)
+        rv = INA_PREDICATE1(value == 0);
+    INA_END(missing_copy)
+
     /* -- stage 4: prio --------------------------------------------------------------------------- */
 
-    INA_ACTION(bit<32>, bit<32>, prio, prio_claim)
+    INA_ACTION(bit<8>, bit<8>, prio, prio_claim)
         rv = value;
         value = meta.prio;
     INA_END(prio)
 
-    INA_UPDATE(bit<32>, prio, prio_raise)
+    INA_UPDATE(bit<8>, prio, prio_raise)
         if (value < meta.prio) {
             value = meta.prio;
         }
     INA_END(prio)
 
-    INA_ACTION(bit<32>, bit<32>, prio, prio_read)
+    INA_ACTION(bit<8>, bit<8>, prio, prio_read)
         rv = value;
     INA_END(prio)
 
-    /* another job's partial: negative when its priority is below ours */
-    INA_ACTION(bit<32>, bit<32>, prio, prio_compare)
-        rv = value - meta.prio;
+    /* another job's partial: whether its priority is below ours */
+    INA_ACTION(bit<8>, bit<4>, prio, prio_compare)
+        rv = INA_PREDICATE1(value < meta.prio);
     INA_END(prio)
 
     apply {
-        /* what a claim leaves missing: every worker but this one; a flush: none */
-        if (FLUSHING) {
+        /* a FLUSH or SWEEP that evicts the slot leaves with its K words (each part fills its own) */
+        if (hdr.ina.kind != KIND_DATA) {
+#define WORD_STEP(i) hdr.words[i].setValid();
+#include "each_word.p4"
+#undef WORD_STEP
+        }
+
+        /* the effective priority: min(priority, priority_cap) */
+        if (meta.prio_gap == 0) {
+            meta.prio = meta.priority_cap;
+        }
+
+        /* what a claim leaves missing: every worker but this one; a flush: none (a SWEEP compares
+         * with the partial it saw) */
+        if (meta.flushing == 1 && meta.sweep == 0) {
             meta.claim_bitmap = 0;
         } else {
             meta.claim_bitmap = meta.rest;
         }
 
         /* stage 1 */
-        if (FLUSHING || CARRY.pass == PASS_REDIRECT) {
-            INA_DO(redirect_key);
-        } else if (CARRY.pass == PASS_CLAIM && CARRY.claim_kind == CLAIM_PREEMPT) {
-            INA_DO(redirect_victim);
-        } else if (DATA_FIRST_PASS) {
-            INA_RUN(meta.redirected, redirect_check);
+        if (meta.flushing == 1 || CARRY.pass == PASS_REDIRECT) {
+            INA_DO(redirect_id_key);
+            INA_DO(redirect_seq_key);
+        } else if (meta.claim_pass == 1 && CARRY.claim_kind == CLAIM_PREEMPT) {
+            INA_DO(redirect_id_victim);
+            INA_DO(redirect_seq_victim);
+        } else if (meta.data_first == 1) {
+            INA_RUN(meta.redirect_id_pred, redirect_id_check);
+            INA_RUN(meta.redirect_seq_pred, redirect_seq_check);
         }
-        if (CARRY.pass == PASS_CLAIM) {
-            INA_RUN(meta.id_x, key_id_swap);
-        } else if (DATA_FIRST_PASS || FLUSHING) {
-            INA_RUN(meta.id_x, key_id_compare);
+        if (meta.claim_pass == 1) {
+            INA_DO(key_id_swap);
+            INA_RUN(meta.id_pred, key_id_copy_swap);
+        } else if (meta.data_first == 1 || meta.flushing == 1) {
+            INA_RUN(meta.old_id, key_id_read);
+            INA_RUN(meta.id_pred, key_id_copy_compare);
         }
 
         /* stage 2 */
-        if (DATA_FIRST_PASS && !REDIRECTED && meta.first == 1 && SAME_ID) {
-            INA_RUN(meta.seq_d, key_seq_take);
-        } else if (CARRY.pass == PASS_CLAIM && SAME_ID) {
-            INA_RUN(meta.seq_d, key_seq_swap);
-        } else if ((DATA_FIRST_PASS && !REDIRECTED) || FLUSHING) {
-            INA_RUN(meta.seq_d, key_seq_compare);
+        if (MEETS_SLOT && meta.first == 1 && SAME_ID) {
+            INA_RUN(meta.old_seq, key_seq_take);
+            INA_RUN(meta.seq_pred, key_seq_copy_take);
+        } else if (IS_CLAIM) {
+            INA_RUN(meta.old_seq, key_seq_swap);
+            INA_DO(key_seq_copy_swap);
+        } else if (MEETS_SLOT || meta.flushing == 1) {
+            INA_RUN(meta.old_seq, key_seq_read);
+            INA_RUN(meta.seq_pred, key_seq_copy_compare);
         }
-        if (((DATA_FIRST_PASS && !REDIRECTED) || CARRY.pass == PASS_CLAIM) && SAME_ID) {
+        if ((MEETS_SLOT || meta.claim_pass == 1) && SAME_ID) {
             INA_DO(touch);
         }
 
@@ -211,6 +273,7 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
             INA_DO(missing_copy_sweep);
         } else if (MEETS_SLOT) {
             INA_RUN(meta.old_missing, missing_read);
+            INA_RUN(meta.missing_pred, missing_copy_read);
         }
         if (IS_TAKE) {
             meta.path = PATH_TAKE;
@@ -231,12 +294,12 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         /* stage 4 */
         if (meta.path == PATH_TAKE || meta.path == PATH_CLAIM) {
             INA_RUN(meta.old_prio, prio_claim);
-        } else if (meta.path == PATH_SAME && meta.old_missing != 0) {
+        } else if (meta.path == PATH_SAME && (meta.missing_pred & PRED_LO) == 0 && meta.old_missing != 0) {
             INA_DO(prio_raise);
         } else if (meta.path == PATH_FLUSH || meta.path == PATH_SWEEP) {
             INA_RUN(meta.old_prio, prio_read);
         } else if (meta.path == PATH_OTHER) {
-            INA_RUN(meta.prio_d, prio_compare);
+            INA_RUN(meta.prio_lower, prio_compare);
         }
     }
 }

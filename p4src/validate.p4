@@ -27,12 +27,16 @@
     LANES3(kind, 8, SUMS(4, 4), SUMS(4, 2), SUMS(4, 1))
 
 control Validate(inout headers_t hdr, inout ina_meta_t meta) {
+    /* (each action also takes the IPv4 header's length out of the IPv4 total length, for the check
+     * that the two lengths agree: a table's action, so that a later stage compares a field) */
     action expect_length(bit<16> udp_length) {
         meta.expected_udp_len = udp_length;
+        meta.ip_udp_gap = hdr.ipv4.total_len - hdr.udp.length;
     }
 
     action unknown_format() {
         meta.expected_udp_len = 0;
+        meta.ip_udp_gap = hdr.ipv4.total_len - hdr.udp.length;
     }
 
     @name(".ina_lengths")
@@ -82,19 +86,20 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta) {
 
     apply {
         meta.rank_ok = 0;
-        bool malformed = meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1;
-        if (!malformed) {
-            malformed = hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION
-                || (hdr.ina.flags & ~KNOWN_FLAGS) != 0
-                || hdr.ipv4.total_len != IPV4_HEADER_LEN + hdr.udp.length;
-        }
         lengths.apply();
         ranks.apply();
-        if (!malformed) {
-            malformed = hdr.udp.length != meta.expected_udp_len
-                || (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0);
-        }
-        if (malformed) {
+        /* the checks in order, each a plain condition (a Tofino stage tests them in its gateways) */
+        if (meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if ((hdr.ina.flags & ~KNOWN_FLAGS) != 0) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (meta.ip_udp_gap != IPV4_HEADER_LEN) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.udp.length != meta.expected_udp_len) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0) {
             meta.outcome = OUTCOME_MALFORMED;
         } else if (hdr.ina.kind != KIND_DATA && hdr.ina.kind != KIND_FLUSH
                    && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {

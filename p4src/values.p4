@@ -1,7 +1,7 @@
 /* The value words of a slot (docs/protocol.md, section 5): SUM chunks add modulo 2^32, MAX chunks
- * take the unsigned maximum. Words 0 .. INGRESS_WORDS-1 are summed in the ingress right after the
- * slot decision; the rest in the egress, from the slot action the ingress decided (a RESULT then
- * recirculates once, to be replicated with every word). One register action per word and step,
+ * take the unsigned maximum. The first EGRESS_WORDS words are summed in the egress, from the slot
+ * action the ingress decided (a RESULT then recirculates once, to be replicated with every word);
+ * the rest in the ingress right after the slot decision. One register action per word and step,
  * whose bodies below both architectures run. */
 #ifndef INA_VALUES_P4
 #define INA_VALUES_P4
@@ -13,14 +13,29 @@
 #define WORD_MAX(w) if (w > value) { value = w; } rv = value;
 #define WORD_READ(w) rv = value;
 
-/* What the ingress words do, from what the slot stages answered (meta.slot_action says the same one
- * stage later, for the egress words and the outputs). */
-#define DO_STORE ((meta.path == PATH_TAKE || meta.path == PATH_CLAIM) && meta.old_missing == 0)
-#define DO_SWAP ((meta.path == PATH_TAKE || meta.path == PATH_CLAIM) && meta.old_missing != 0)
-#define DO_ADD (meta.path == PATH_SAME && meta.old_missing != 0 && meta.op_max == 0)
-#define DO_MAX (meta.path == PATH_SAME && meta.old_missing != 0 && meta.op_max == 1)
-#define DO_READ ((meta.path == PATH_FLUSH && meta.old_missing != 0) \
-                 || (meta.path == PATH_SWEEP && meta.old_missing == 0 && meta.rest != 0))
+/* What the words do, from what the slot stages answered: the path, and whether `missing` answered 0
+ * (for a SWEEP: whether the slot held exactly the partial swept, of a nonempty bitmap). A constant
+ * ternary table, first match winning, so that a Tofino stage chooses with one lookup where the
+ * conditions written out are more than its gateways take. */
+#define SLOT_ACTION_KEY \
+    key = { \
+        meta.path: ternary @name("path"); \
+        meta.old_missing: ternary @name("answer"); \
+        meta.op_max: ternary @name("op_max"); \
+        meta.rest: ternary @name("rest"); \
+    }
+#define SLOT_ACTION_ENTRIES(STORE, SWAP, ADD, MAX, READ, NONE) \
+    (PATH_TAKE, 0, _, _): STORE; \
+    (PATH_TAKE, _, _, _): SWAP; \
+    (PATH_CLAIM, 0, _, _): STORE; \
+    (PATH_CLAIM, _, _, _): SWAP; \
+    (PATH_SAME, 0, _, _): NONE; \
+    (PATH_SAME, _, 0, _): ADD; \
+    (PATH_SAME, _, 1, _): MAX; \
+    (PATH_FLUSH, 0, _, _): NONE; \
+    (PATH_FLUSH, _, _, _): READ; \
+    (PATH_SWEEP, 0, _, 0): NONE; \
+    (PATH_SWEEP, 0, _, _): READ;
 
 /* The egress words: what the ingress decided. */
 #define EG_STORE (CARRY.eg_action == SLOT_STORE)
@@ -29,53 +44,77 @@
 #define EG_MAX (CARRY.eg_action == SLOT_MAX)
 #define EG_READ (CARRY.eg_action == SLOT_READ)
 
-/* The slot action the conditions above choose. */
+/* The slot action, for the outputs, the egress words, and (on v1model) the ingress words. */
 control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
-    apply {
-        if (DO_STORE) {
-            meta.slot_action = SLOT_STORE;
-        } else if (DO_SWAP) {
-            meta.slot_action = SLOT_SWAP;
-        } else if (DO_ADD) {
-            meta.slot_action = SLOT_ADD;
-        } else if (DO_MAX) {
-            meta.slot_action = SLOT_MAX;
-        } else if (DO_READ) {
-            meta.slot_action = SLOT_READ;
-        } else {
-            meta.slot_action = SLOT_NONE;
+    action set_slot_action(bit<8> slot_action) {
+        meta.slot_action = slot_action;
+    }
+
+    @name(".ina_slot_actions")
+    table slot_actions {
+        SLOT_ACTION_KEY
+        actions = { set_slot_action; }
+        const default_action = set_slot_action(SLOT_NONE);
+        const entries = {
+            SLOT_ACTION_ENTRIES(set_slot_action(SLOT_STORE), set_slot_action(SLOT_SWAP), set_slot_action(SLOT_ADD),
+                                set_slot_action(SLOT_MAX), set_slot_action(SLOT_READ), set_slot_action(SLOT_NONE))
         }
+    }
+
+    apply {
+        slot_actions.apply();
     }
 }
 
 #ifdef INA_ARCH_TNA
 
 #define TNA_WORD_REGISTER(i) \
-    Register<bit<32>, bit<32>>(POOL) ina_value_##i; \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) swap_##i = { \
+    Register<bit<32>, bit<16>>(POOL) ina_value_##i; \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) swap_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_SWAP(hdr.words[i].value) } }; \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) add_##i = { \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) add_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_ADD(hdr.words[i].value) } }; \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) max_##i = { \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) max_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_MAX(hdr.words[i].value) } }; \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(ina_value_##i) read_##i = { \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) read_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_READ(hdr.words[i].value) } };
+
+#define TNA_WORD_STEPS(i) \
+    action store_step_##i() { swap_##i.execute(meta.slot); } \
+    action swap_step_##i() { hdr.words[i].value = swap_##i.execute(meta.slot); } \
+    action add_step_##i() { hdr.words[i].value = add_##i.execute(meta.slot); } \
+    action max_step_##i() { hdr.words[i].value = max_##i.execute(meta.slot); } \
+    action read_step_##i() { hdr.words[i].value = read_##i.execute(meta.slot); }
 
 #define TNA_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
     if (STORE) { swap_##i.execute(meta.slot); } \
     else if (SWAP) { hdr.words[i].value = swap_##i.execute(meta.slot); } \
     else if (ADD) { hdr.words[i].value = add_##i.execute(meta.slot); } \
     else if (MAX) { hdr.words[i].value = max_##i.execute(meta.slot); } \
-    else if (READ) { hdr.words[i].setValid(); hdr.words[i].value = read_##i.execute(meta.slot); }
+    else if (READ) { hdr.words[i].value = read_##i.execute(meta.slot); }
+
+/* Each ingress word chooses its step with its own copy of the slot-action table: one lookup in the
+ * word's stage, right after the slot decision. */
+#define TNA_WORD_TABLE(i) \
+    TNA_WORD_REGISTER(i) \
+    TNA_WORD_STEPS(i) \
+    table step_##i { \
+        SLOT_ACTION_KEY \
+        actions = { store_step_##i; swap_step_##i; add_step_##i; max_step_##i; read_step_##i; NoAction; } \
+        const default_action = NoAction(); \
+        const entries = { \
+            SLOT_ACTION_ENTRIES(store_step_##i(), swap_step_##i(), add_step_##i(), max_step_##i(), read_step_##i(), NoAction()) \
+        } \
+    }
 
 control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
-#define WORD_IN(i) TNA_WORD_REGISTER(i)
+#define WORD_IN(i) TNA_WORD_TABLE(i)
 #define WORD_OUT(i)
 #include "word_list.p4"
 #undef WORD_IN
 #undef WORD_OUT
     apply {
-#define WORD_IN(i) TNA_WORD_APPLY(i, DO_STORE, DO_SWAP, DO_ADD, DO_MAX, DO_READ)
+#define WORD_IN(i) step_##i.apply();
 #define WORD_OUT(i)
 #include "word_list.p4"
 #undef WORD_IN
@@ -113,12 +152,14 @@ INA_WORD_REGISTERS  /* one array at the top level: the ingress and the egress wo
     else if (SWAP) { word_swap(i, hdr.words[i].value); } \
     else if (ADD) { word_add(i, hdr.words[i].value); } \
     else if (MAX) { word_max(i, hdr.words[i].value); } \
-    else if (READ) { hdr.words[i].setValid(); word_read(i, hdr.words[i].value); }
+    else if (READ) { word_read(i, hdr.words[i].value); }
 
 control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
     V1_WORD_STEPS
     apply {
-#define WORD_STEP(i) if ((i) < INGRESS_WORDS) { V1_WORD_APPLY(i, DO_STORE, DO_SWAP, DO_ADD, DO_MAX, DO_READ) }
+#define WORD_STEP(i) if ((i) >= EGRESS_WORDS) { \
+    V1_WORD_APPLY(i, meta.slot_action == SLOT_STORE, meta.slot_action == SLOT_SWAP, meta.slot_action == SLOT_ADD, \
+                  meta.slot_action == SLOT_MAX, meta.slot_action == SLOT_READ) }
 #include "each_word.p4"
 #undef WORD_STEP
     }
@@ -127,7 +168,7 @@ control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
 control EgressWords(inout headers_t hdr, inout ina_meta_t meta) {
     V1_WORD_STEPS
     apply {
-#define WORD_STEP(i) if ((i) >= INGRESS_WORDS) { V1_WORD_APPLY(i, EG_STORE, EG_SWAP, EG_ADD, EG_MAX, EG_READ) }
+#define WORD_STEP(i) if ((i) < EGRESS_WORDS) { V1_WORD_APPLY(i, EG_STORE, EG_SWAP, EG_ADD, EG_MAX, EG_READ) }
 #include "each_word.p4"
 #undef WORD_STEP
     }

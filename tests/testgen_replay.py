@@ -8,7 +8,7 @@ UDP datagram, and says what it sent; `skip_reason` says why a case has no softwa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,8 @@ def short(name: str) -> str:
 
 @dataclass
 class Frame:
-    """An Ethernet frame as far as the switch reads it."""
+    """An Ethernet frame as far as the switch reads it. Checksums are the hosts' concern, not the
+    aggregation's: the replay gives the software switch the datagram as if it arrived intact."""
 
     raw: bytes
     ina: bool = False
@@ -72,7 +73,6 @@ class Case:
     registers: list[dict[str, Any]]
     send: dict[str, Any]
     expect: dict[str, Any] | None
-    trace: list[str] = field(default_factory=list)
 
     def table(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.entries if short(e["table"]) == name and e.get("key")]
@@ -99,27 +99,32 @@ def switch_for(case: Case, words: int, pool: int) -> tuple[SwitchCore, set[int]]
     esa = identity["params"].get("esa", 1) if identity else 1
     core = SwitchCore(SwitchConfig(pool=pool, words=words, policy="esa" if esa else "atp"))
     cpu_ports = {e["key"]["port"] for e in case.table("ina_cpu_ports")}
-    for job in case.table("ina_jobs"):
-        _register(core, case, job["key"]["job"], job["params"], pool)
+    for entry in case.table("ina_jobs"):
+        if short(entry["action"] or "") == "ina_job":
+            _register(core, case, entry["key"]["job"], entry["key"]["op"], entry["params"], pool)
     _set_slots(core, case, words, pool)
     return core, cpu_ports
 
 
-def _register(core: SwitchCore, case: Case, job: int, p: dict[str, int], pool: int) -> None:
+def _register(core: SwitchCore, case: Case, job: int, op: int, p: dict[str, int], pool: int) -> None:
     fanin, full, span = p["fanin"], p["full"], p["span_mask"] + 1
+    if (p["key_id"], p["key_id_other_op"]) != (KEY_VALID | op * KEY_MAX | job, KEY_VALID | (1 - op) * KEY_MAX | job):
+        raise NoEquivalent("a job entry no registration writes", f"job {job}: key ids {p['key_id']:#x}, {p['key_id_other_op']:#x}")
     if not 1 <= fanin <= 32 or full != (1 << fanin) - 1:
         raise NoEquivalent("a job entry no registration writes", f"job {job}: full {full:#x}, fanin {fanin}")
     if span & (span - 1) or span > pool or p["lane_bits"] not in (8, 16, 32) or p["ps_ip"] == 0:
         raise NoEquivalent("a job entry no registration writes", f"job {job}: span {span}, lane_bits {p['lane_bits']}, PS {p['ps_ip']}")
-    if p["slot_base"] >= pool or (span < pool and p["slot_base"] % span):
-        raise NoEquivalent("a job entry no registration writes", f"job {job}: slot_base {p['slot_base']}")
-    workers = {e["key"]["rank"]: Endpoint(_ip(e["key"]["src"]), e["key"]["src_port"]) for e in case.table("ina_workers") if e["key"]["job"] == job}
+    slot_base = -p["neg_slot_base"] % pool
+    if p["neg_slot_base"] >= pool or (span < pool and slot_base % span):
+        raise NoEquivalent("a job entry no registration writes", f"job {job}: -slot_base {p['neg_slot_base']}")
+    workers = {e["key"]["rank"]: Endpoint(_ip(e["key"]["src"]), e["key"]["src_port"]) for e in case.table("ina_workers")
+               if e["key"]["job"] == job and short(e["action"] or "") == "ina_worker"}  # fmt: skip
     if any(rank >= fanin for rank in workers) or any(w.port == 0 for w in workers.values()):
         raise NoEquivalent("a worker entry no registration writes", f"job {job}")
     # ranks p4testgen gave no entry: addresses no packet of the case comes from
     ranks = [workers.get(r, Endpoint(f"192.0.2.{r + 1}", 40000 + job)) for r in range(fanin)]
     for victim in case.table("ina_victims"):
-        if victim["key"]["job"] == job and {k: victim["params"][k] for k in ("full", "lane_bits", "ps_ip", "ps_port")} != \
+        if victim["key"]["job"] == job and short(victim["action"] or "") == "ina_victim" and {k: victim["params"][k] for k in ("full", "lane_bits", "ps_ip", "ps_port")} != \
                 {"full": full, "lane_bits": p["lane_bits"], "ps_ip": p["ps_ip"], "ps_port": p["ps_port"]}:  # fmt: skip
             raise NoEquivalent("a victim entry that disagrees with its job entry", f"job {job}")
     try:
@@ -127,18 +132,20 @@ def _register(core: SwitchCore, case: Case, job: int, p: dict[str, int], pool: i
                        ps=Endpoint(_ip(p["ps_ip"]), p["ps_port"] or 1))  # fmt: skip
     except ValueError as error:
         raise NoEquivalent("a job entry no registration writes", f"job {job}: {error}") from None
-    core.table.entries[job] = JobEntry(spec, p["slot_base"], span if span < pool else None)
+    core.table.entries[job] = JobEntry(spec, slot_base, span if span < pool else None)
     core.table._rebuild()
 
 
 def _set_slots(core: SwitchCore, case: Case, words: int, pool: int) -> None:
-    regs = {name: case.register(f"ina_{name}", words, pool) for name in ("key_id", "key_seq", "missing", "missing_copy", "prio", "redirect")}
+    names = ("key_id", "key_id_copy", "key_seq", "key_seq_copy", "missing", "missing_copy", "prio", "redirect")
+    regs = {name: case.register(f"ina_{name}", words, pool) for name in names}
     slots = core.slots
     for s in range(pool):
         get = lambda name, f="f1": regs[name].get(s, {}).get(f, 0)  # noqa: E731
         missing, key_id = get("missing"), get("key_id")
-        if missing != get("missing_copy"):
-            raise NoEquivalent("registers the switch never holds", f"slot {s}: missing {missing:#x}, its copy {get('missing_copy'):#x}")
+        for name in ("key_id", "key_seq", "missing"):
+            if get(name) != get(f"{name}_copy"):
+                raise NoEquivalent("registers the switch never holds (a copy unlike its register)", f"slot {s}: {name}")
         if missing:
             job = core.table.entries.get(key_id & 0xFFFF)
             if key_id & ~(KEY_VALID | KEY_MAX | 0xFFFF) or not key_id & KEY_VALID or job is None or missing & ~job.spec.full_bitmap:
@@ -159,11 +166,13 @@ def _set_slots(core: SwitchCore, case: Case, words: int, pool: int) -> None:
 
 def replay(case: Case, words: int, pool: int) -> list[Datagram]:
     """What the software switch sends for the case's frame, or NoEquivalent."""
+    if case.send["port"] == RECIRC_PORT:
+        raise NoEquivalent("a frame on the recirculation port: a later pass of the program's own packets")
     frame = Frame.parse(bytes.fromhex(case.send["hex"]))
     if not frame.ina:
         raise NoEquivalent("plain Ethernet forwarding, which the software switch does not do")
     core, cpu_ports = switch_for(case, words, pool)
-    if case.send["port"] in cpu_ports:
+    if case.send["port"] in cpu_ports and len(frame.payload) > 2 and frame.payload[2] == Kind.SWEEP:
         raise NoEquivalent("a SWEEP from the control plane's port: the software switch sweeps by its own timer")
     if not frame.consistent:
         return []  # the kernel would drop it before the software switch saw it

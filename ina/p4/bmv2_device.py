@@ -17,8 +17,6 @@ from ina.p4.runtime import P4Info, P4RuntimeClient, Update
 QUEUE_DEPTH = 4096
 """Packets each BMv2 egress queue holds: a window of RESULT copies to every worker and the PS."""
 _UPDATES = {INSERT: Update.INSERT, MODIFY: Update.MODIFY, DELETE: Update.DELETE}
-_REDIRECT_HALVES = {"redirect_id": 32, "redirect_seq": 0}
-"""The redirect register is one 64-bit entry a slot (p4src/slots.p4): the key id high, the seq low."""
 
 
 class Bmv2Device:
@@ -64,18 +62,10 @@ class Bmv2Device:
         self.runtime.write(*self.updates(change, items))
 
     def registers(self, name: str) -> list[int]:
-        if name in _REDIRECT_HALVES:
-            shift = _REDIRECT_HALVES[name]
-            return [(cell >> shift) & 0xFFFFFFFF for cell in self.thrift.registers("ina_redirect")]
         return self.thrift.registers(f"ina_{name}")
 
     def write_register(self, name: str, index: int, value: int) -> None:
-        if name in _REDIRECT_HALVES:
-            shift = _REDIRECT_HALVES[name]
-            cell = self.thrift.registers("ina_redirect")[index] & ~(0xFFFFFFFF << shift)
-            self.thrift.write_register("ina_redirect", index, cell | value << shift)
-        else:
-            self.thrift.write_register(f"ina_{name}", index, value)
+        self.thrift.write_register(f"ina_{name}", index, value)
 
     def counter(self, name: str, index: int) -> int:
         return self.thrift.counter(f"ina_{name}", index)

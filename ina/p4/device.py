@@ -16,9 +16,10 @@ from ina.p4.entries import Group, TableEntry
 INSERT, MODIFY, DELETE = "insert", "modify", "delete"
 """How `Device.write` changes what it is given (a default entry is only ever modified)."""
 
-REGISTERS = ("redirect_id", "redirect_seq", "key_id", "key_seq", "missing", "missing_copy", "prio", "value", "touched")
+REGISTERS = ("redirect_id", "redirect_seq", "key_id", "key_id_copy", "key_seq", "key_seq_copy", "missing", "missing_copy",
+             "prio", "value", "touched")  # fmt: skip
 """Per-slot registers (docs/p4.md, "State"); `value` holds word i of slot s at s * K + i."""
-CLEARED_ON_REMOVAL = (("key_id", "key_seq", "missing", "missing_copy"), ("redirect_id", "redirect_seq"))
+CLEARED_ON_REMOVAL = (("key_id", "key_id_copy", "key_seq", "key_seq_copy", "missing", "missing_copy"), ("redirect_id", "redirect_seq"))
 """What removing a job zeroes: a slot's key and bitmap, and a redirect (docs/p4.md, "Control plane")."""
 
 COUNTERS = ("rx", "tx", "outcomes", "events")

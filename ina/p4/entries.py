@@ -16,8 +16,8 @@ from ina.switch.state import JobEntry
 
 FLOOD_GROUP = 1
 """The multicast group of plain Ethernet flooding: every routed port."""
-KEY_MAX = 1 << 16
-"""The operation bit of a key id in the slot registers (p4src/headers.p4 KEY_MAX)."""
+KEY_VALID, KEY_MAX = 1 << 17, 1 << 16
+"""The valid and operation bits of a key id in the slot registers (p4src/headers.p4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,11 @@ def mac_number(text: str) -> int:
     return int.from_bytes(bytes(int(p, 16) for p in parts), "big")
 
 
+def key_id(job: int, op: int) -> int:
+    """A chunk key's id as the slot registers hold it: valid bit, operation bit (1: MAX), job."""
+    return KEY_VALID | op * KEY_MAX | job
+
+
 def identity(ip: str, mac: str, policy: str) -> TableEntry:
     """The default entry of `ina_switch`: the switch's own address and whether it preempts (esa)."""
     return TableEntry("ina_switch", {}, "ina_identity", {"ip": ip_number(ip), "mac": mac_number(mac), "esa": int(policy == "esa")})
@@ -96,10 +101,11 @@ def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route]) -> 
     the multicast group of its RESULTs (replica `rank` is that worker, replica n the PS)."""
     spec, ps = entry.spec, entry.spec.ps
     assert ps is not None
-    entries = [TableEntry("ina_jobs", {"job": spec.job}, "ina_job", {
-        "full": spec.full_bitmap, "fanin": spec.fanin, "slot_base": entry.slot_base,
-        "span_mask": (entry.span or pool) - 1, "priority_cap": spec.priority_cap,
-        "lane_bits": spec.lane_bits, "ps_ip": ip_number(ps.host), "ps_port": ps.port, "group": group})]  # fmt: skip
+    settings = {"full": spec.full_bitmap, "fanin": spec.fanin, "neg_slot_base": -entry.slot_base % pool,
+                "span_mask": (entry.span or pool) - 1, "priority_cap": spec.priority_cap,
+                "lane_bits": spec.lane_bits, "ps_ip": ip_number(ps.host), "ps_port": ps.port, "group": group}  # fmt: skip
+    entries = [TableEntry("ina_jobs", {"job": spec.job, "op": op}, "ina_job", {
+        "key_id": key_id(spec.job, op), "key_id_other_op": key_id(spec.job, 1 - op)} | settings) for op in (0, 1)]  # fmt: skip
     entries += [TableEntry("ina_workers", {"job": spec.job, "rank": rank, "src": ip_number(w.host), "src_port": w.port}, "ina_worker")
                 for rank, w in enumerate(spec.workers)]  # fmt: skip
     entries.append(TableEntry("ina_victims", {"job": spec.job}, "ina_victim", {

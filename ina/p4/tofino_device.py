@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any, Sequence
 
 from ina.p4.build import Build
-from ina.p4.device import DELETE, INSERT, MODIFY
+from ina.p4.device import DELETE, INSERT, MODIFY, REGISTERS
 from ina.p4.entries import Group, TableEntry
 
 PROGRAM = "ina_tna"
@@ -69,10 +69,9 @@ class RegisterField:
 
 
 def register_layout(words: int) -> dict[str, list[RegisterField]]:
-    """Each logical register's arrays (p4src/slots.p4, values.p4): the redirect is one pair array
-    (key id high, seq low), value word i is the array ina_value_i, every other register one array."""
-    layout = {"redirect_id": [RegisterField("ina_redirect", "hi")], "redirect_seq": [RegisterField("ina_redirect", "lo")]}
-    layout |= {name: [RegisterField(f"ina_{name}", "f1")] for name in ("key_id", "key_seq", "missing", "missing_copy", "prio", "touched")}
+    """Each logical register's arrays (p4src/slots.p4, values.p4): value word i is the array
+    ina_value_i, every other register one array of its own name."""
+    layout = {name: [RegisterField(f"ina_{name}", "f1")] for name in REGISTERS if name != "value"}
     layout["value"] = [RegisterField(f"ina_value_{i}", "f1") for i in range(words)]
     return layout
 

@@ -24,6 +24,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 OUT = HERE / "p4testgen"
 WORDS, POOL = 4, 8
+PACKET_BITS = 8 * 256
+"""The longest input frame p4testgen may choose: a DATA of K = 4 words is 78 bytes."""
 PROGRAM = ROOT / "p4src" / "ina_tna.p4"
 
 
@@ -88,16 +90,23 @@ def _harness(case: dict[str, Any]) -> dict[str, Any]:
     def verify_packet(test: Any, packet: _Mask, port: int) -> None:
         case["expect"] = {"port": port, "hex": bytes(packet.packet).hex(), "masks": packet.masks}
 
-    return {
-        "bfruntime_client_base_tests": types.SimpleNamespace(BfRuntimeTest=BfRuntimeTest),
-        "ptf": types.SimpleNamespace(),
-        "ptf.mask": types.SimpleNamespace(Mask=_Mask),
-        "ptf.testutils": types.SimpleNamespace(send_packet=send_packet, verify_packet=verify_packet,
-                                               verify_no_other_packets=lambda *a, **k: None),  # fmt: skip
-        "bfrt_grpc": types.SimpleNamespace(),
-        "bfrt_grpc.bfruntime_pb2": types.SimpleNamespace(),
-        "bfrt_grpc.client": types.SimpleNamespace(KeyTuple=_Tuple, DataTuple=_Tuple, Target=lambda **kw: kw),
+    contents = {
+        "bfruntime_client_base_tests": {"BfRuntimeTest": BfRuntimeTest},
+        "ptf": {},
+        "ptf.mask": {"Mask": _Mask},
+        "ptf.testutils": {"send_packet": send_packet, "verify_packet": verify_packet,
+                          "verify_no_other_packets": lambda *a, **k: None},  # fmt: skip
+        "bfrt_grpc": {},
+        "bfrt_grpc.bfruntime_pb2": {},
+        "bfrt_grpc.client": {"KeyTuple": _Tuple, "DataTuple": _Tuple, "Target": lambda **kw: kw},
     }
+    modules = {name: types.ModuleType(name) for name in contents}
+    for name, module in modules.items():
+        module.__dict__.update(contents[name])
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(modules[parent], child, module)
+    return modules
 
 
 def record(test_file: Path) -> list[dict[str, Any]]:
@@ -117,8 +126,7 @@ def record(test_file: Path) -> list[dict[str, Any]]:
                 sys.modules[name] = module
     for name in sorted((n for n in namespace if n.startswith("Test") and n[4:].isdigit()), key=lambda n: int(n[4:])):
         case.clear()
-        case.update({"name": name, "entries": [], "registers": [], "send": None, "expect": None,
-                     "trace": [line.strip() for line in (namespace[name].__doc__ or "").splitlines() if line.strip()]})  # fmt: skip
+        case.update({"name": name, "entries": [], "registers": [], "send": None, "expect": None})
         test = namespace[name]()
         test.setUp()
         test.runTestImpl()
@@ -128,8 +136,11 @@ def record(test_file: Path) -> list[dict[str, Any]]:
 
 def generate(p4testgen: str, max_tests: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
-        command = [p4testgen, "--target", "tofino", "--arch", "tna", "--std", "p4-16", f"-DWORDS={WORDS}", f"-DPOOL={POOL}",
+        command = [p4testgen, "--target", "tofino", "--arch", "tna", "--std", "p4-16", "-D__TARGET_TOFINO__=1", "-DINA_TESTGEN", f"-DWORDS={WORDS}", f"-DPOOL={POOL}",
                    "-I", str(ROOT / "p4src"), "--test-backend", "ptf", "--max-tests", str(max_tests), "--seed", str(seed),
+                   # front ports only (a frame from the recirculation port is a later pass of the program's own),
+                   # paths chosen to reach statements not yet covered
+                   "--port-ranges", "0:63", "--packet-size-range", f"0:{PACKET_BITS}", "--path-selection", "GREEDY_STATEMENT_SEARCH", "--track-coverage", "STATEMENTS",
                    "--out-dir", folder, str(PROGRAM)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
