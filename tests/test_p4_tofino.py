@@ -90,8 +90,8 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(prog
 def test_the_tofino_target_refuses_more_words_than_it_has_stateful_alus():
     from ina.p4.build import check
 
-    with pytest.raises(ValueError, match="--words must be in 1..64 for the tofino program"):
-        check("tofino", 65, 4096)
+    with pytest.raises(ValueError, match="--words must be in 1..50 for the tofino program"):
+        check("tofino", 51, 4096)
 
 
 def test_without_the_sde_the_tofino_switch_says_what_to_set(monkeypatch):

@@ -18,8 +18,8 @@ from ina.p4 import toolchain
 from ina.switch.config import SwitchConfig
 
 TARGETS = ("bmv2", "tofino")
-MAX_WORDS = {"bmv2": 256, "tofino": 64}
-"""p4src/each_word.p4 unrolls up to 256 words; Tofino has a stateful ALU for at most 64 (arch_tna.p4)."""
+MAX_WORDS = {"bmv2": 256, "tofino": 50}
+"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1, 31 ingress and 19 egress stateful ALUs (arch_tna.p4)."""
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
