@@ -41,6 +41,8 @@
         word = rv; \
     }
 
+#define INA_CONST_TABLE_SIZE(n)  /* p4c warns on a constant table's size; bf-p4c wants it */
+
 #define INA_COUNTER(inst, pname, size) @name(pname) counter(size, CounterType.packets) inst;
 
 #endif

@@ -16,6 +16,7 @@ control Identity(inout ina_meta_t meta) {
     table switch_identity {
         actions = { identity; }
         default_action = identity(0, 0, 1);
+        size = 1;
     }
 
     apply {

@@ -48,6 +48,7 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta) {
         }
         actions = { expect_length; unknown_format; }
         const default_action = unknown_format();
+        INA_CONST_TABLE_SIZE(256)
         const entries = {
             FIXED_LENGTH(KIND_DATA, WORDS)
             SUMS_LENGTH(KIND_RESULT)
@@ -73,6 +74,7 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta) {
         }
         actions = { rank_bit; NoAction; }
         const default_action = NoAction();
+        INA_CONST_TABLE_SIZE(32)
         const entries = {
 #define RANK_ENTRY(r) (r, 32w1 << r): rank_bit();
             RANK_ENTRY(0) RANK_ENTRY(1) RANK_ENTRY(2) RANK_ENTRY(3) RANK_ENTRY(4) RANK_ENTRY(5) RANK_ENTRY(6)

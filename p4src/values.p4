@@ -55,6 +55,7 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
         SLOT_ACTION_KEY
         actions = { set_slot_action; }
         const default_action = set_slot_action(SLOT_NONE);
+        INA_CONST_TABLE_SIZE(16)
         const entries = {
             SLOT_ACTION_ENTRIES(set_slot_action(SLOT_STORE), set_slot_action(SLOT_SWAP), set_slot_action(SLOT_ADD),
                                 set_slot_action(SLOT_MAX), set_slot_action(SLOT_READ), set_slot_action(SLOT_NONE))
@@ -102,6 +103,7 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
         SLOT_ACTION_KEY \
         actions = { store_step_##i; swap_step_##i; add_step_##i; max_step_##i; read_step_##i; NoAction; } \
         const default_action = NoAction(); \
+        INA_CONST_TABLE_SIZE(16) \
         const entries = { \
             SLOT_ACTION_ENTRIES(store_step_##i(), swap_step_##i(), add_step_##i(), max_step_##i(), read_step_##i(), NoAction()) \
         } \

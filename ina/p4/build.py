@@ -18,8 +18,8 @@ from ina.p4 import toolchain
 from ina.switch.config import SwitchConfig
 
 TARGETS = ("bmv2", "tofino")
-MAX_WORDS = {"bmv2": 256, "tofino": 50}
-"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1, 31 ingress and 19 egress stateful ALUs (arch_tna.p4)."""
+MAX_WORDS = {"bmv2": 256, "tofino": 44}
+"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1, 31 words in the ingress and 13 in the egress (arch_tna.p4)."""
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
@@ -67,8 +67,9 @@ def check(target: str, words: int, pool: int) -> None:
     SwitchConfig(pool=pool, words=words)  # the pool's own rules
 
 
-def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None) -> Build:
-    """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool."""
+def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, timeout: float | None = None) -> Build:
+    """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool;
+    BuildError if the compiler refuses it or runs past `timeout` seconds."""
     check(target, words, pool)
     compiler = toolchain.require(COMPILERS[target])
     src = sources()
@@ -84,7 +85,10 @@ def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None) 
         out.mkdir(parents=True, exist_ok=True)
         command = [compiler, "--target", target, "--arch", ARCHITECTURES[target], "--std", "p4-16", f"-DWORDS={words}",
                    f"-DPOOL={pool}", "-I", str(src), "-o", str(out), "--p4runtime-files", str(p4info), str(program)]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{COMPILERS[target]} did not finish within {timeout:g} s ({' '.join(command)})") from None
         if done.returncode != 0:
             raise BuildError(f"{COMPILERS[target]} failed ({' '.join(command)}):\n{done.stderr or done.stdout}")
         missing = [str(path) for path in outputs if not path.exists()]
