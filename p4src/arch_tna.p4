@@ -10,13 +10,12 @@
 
 /* One stateful ALU a value word, since each answers one 32-bit word a pass: the ingress has 31 after
  * the slot decision (stages 0-3 decide, stage 4 has the priority and three words, stages 5-11 four
- * each), the egress the words its parser reaches: it sees a frame's first 160 bytes, of which the
- * intrinsic metadata, the bridge and the headers take 108, so the egress sums the first words, at
- * most 13. */
+ * each). The egress sums none (docs/p4.md, "Egress words"): packets of one slot can pass each other in
+ * different ports' queues on their way there, and its parser reaches only a frame's first 160 bytes. */
 #define INGRESS_WORD_ALUS 31
-#define EGRESS_WORDS_MAX 13
+#define EGRESS_WORDS_MAX 0
 #if WORDS > INGRESS_WORD_ALUS + EGRESS_WORDS_MAX
-#error "WORDS (K) must be at most 44 on Tofino 1: 31 words in the ingress, 13 in the egress (docs/p4.md, Tofino)"
+#error "WORDS (K) must be at most 31 on Tofino 1: a stateful ALU a word, 31 after the slot decision (docs/p4.md, Tofino)"
 #endif
 #ifndef EGRESS_WORDS
 #if WORDS > INGRESS_WORD_ALUS

@@ -6,10 +6,11 @@
 
 #define INA_ARCH_V1MODEL
 
-/* BMv2 has no stage budget: the first half of the words are summed in the egress, so that the
- * conformance vectors exercise the egress words and the RESULT's recirculation as on Tofino. */
+/* No egress words (docs/p4.md, "Egress words"): between the ingress and the egress, packets of one
+ * slot can pass each other in different ports' queues, so an egress word could be summed out of the
+ * order the slot decision took. */
 #ifndef EGRESS_WORDS
-#define EGRESS_WORDS (WORDS / 2)
+#define EGRESS_WORDS 0
 #endif
 
 #define INA_REGISTER(T, inst, pname) @name(pname) register<T>(POOL) inst;

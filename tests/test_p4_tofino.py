@@ -18,7 +18,7 @@ from ina.p4.entries import Route
 from ina.switch.config import SwitchConfig
 
 needs_bf_p4c = pytest.mark.skipif(toolchain.missing("bf-p4c") is not None, reason=toolchain.missing("bf-p4c") or "")
-WORDS, POOL = 44, 4096
+WORDS, POOL = 31, 4096
 FIT_SECONDS = 240
 
 
@@ -91,7 +91,7 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(prog
 @needs_bf_p4c
 @pytest.mark.xfail(strict=True, reason="bf-p4c does not yet place the TNA program on Tofino 1: its table placement "
                    "runs past the time given (20 minutes at K = 16 on the development machine); docs/p4.md, Tofino")  # fmt: skip
-def test_bf_p4c_fits_the_tna_program_for_44_words_and_4096_slots_without_warnings(tmp_path):
+def test_bf_p4c_fits_the_tna_program_for_31_words_and_4096_slots_without_warnings(tmp_path):
     from ina.p4.build import build
 
     fitted = build(WORDS, POOL, "tofino", out=tmp_path, timeout=FIT_SECONDS)
@@ -103,8 +103,8 @@ def test_bf_p4c_fits_the_tna_program_for_44_words_and_4096_slots_without_warning
 def test_the_tofino_target_refuses_more_words_than_it_has_stateful_alus():
     from ina.p4.build import check
 
-    with pytest.raises(ValueError, match="--words must be in 1..44 for the tofino program"):
-        check("tofino", 45, 4096)
+    with pytest.raises(ValueError, match="--words must be in 1..31 for the tofino program"):
+        check("tofino", 32, 4096)
 
 
 def test_without_the_sde_the_tofino_switch_says_what_to_set(monkeypatch):

@@ -18,8 +18,8 @@ from ina.p4 import toolchain
 from ina.switch.config import SwitchConfig
 
 TARGETS = ("bmv2", "tofino")
-MAX_WORDS = {"bmv2": 256, "tofino": 44}
-"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1, 31 words in the ingress and 13 in the egress (arch_tna.p4)."""
+MAX_WORDS = {"bmv2": 256, "tofino": 31}
+"""p4src/each_word.p4 unrolls up to 256 words; Tofino 1 has stateful ALUs for 31 after the slot decision (arch_tna.p4)."""
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
