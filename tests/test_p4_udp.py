@@ -37,8 +37,7 @@ class Network:
 
     def __init__(self) -> None:
         from ina.control.auth import Access
-        from ina.p4.bmv2_device import Bmv2Device
-        from ina.p4.entries import Route
+        from ina.p4.controller import Route
         from ina.p4.server import P4SwitchServer
 
         self.parts: list = []
@@ -53,7 +52,7 @@ class Network:
         routes = [Route(WORKERS_IP, self.workers.mac, 1), Route(PS_IP, self.ps_host.mac, 2)]
         config = SwitchConfig(pool=POOL, words=WORDS, policy="esa", slot_timeout=1.0)
         interfaces = {1: self.workers.veth.switch_side, 2: self.ps_host.veth.switch_side}
-        self.switch = self._keep(P4SwitchServer(config, (SWITCH_IP, INA_PORT), (MANAGEMENT_IP, 0), lambda: Bmv2Device.start(interfaces), routes, SWITCH_MAC,
+        self.switch = self._keep(P4SwitchServer(config, (SWITCH_IP, INA_PORT), (MANAGEMENT_IP, 0), interfaces, routes, SWITCH_MAC,
                                                    access=Access(token=TOKEN)).start())
         self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",
                                                                "--control", f"{PS_IP}:{PS_CONTROL}", "--words", str(WORDS)),
