@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 from ina.control.auth import Access, token_from_environment
 from ina.control.jobs import JobSpec
+from ina.control.metrics import CONTENT_TYPE, ServiceCollector, exposition
+from ina.control.watch import Waiting, Watch
 from ina.control.policy import Forbidden, Principal, acting_as, check_owner, grant
 
 logger = logging.getLogger("ina.control")
@@ -23,6 +25,10 @@ MAX_BODY = 64 * 1024
 REFUSALS = {400: "control_malformed", 401: "control_unauthorized", 403: "control_forbidden",
             404: "control_not_found", 413: "control_oversized"}  # fmt: skip
 """The counter each refusal is counted under (docs/protocol.md, section 7)."""
+SCRAPES = {("GET", "/metrics"), ("GET", "/health")}
+"""What a scrape token may ask."""
+WATCH_PERIOD = 0.1
+"""Seconds between the watch's samples of a target's held chunks, unless the target sets `watch_period`."""
 
 
 class ControlError(RuntimeError):
@@ -49,6 +55,12 @@ class ControlTarget(Protocol):
     def counters(self) -> dict[str, int]: ...
 
 
+class Watched(Protocol):
+    """A ControlTarget whose partially held chunks the watch can sample (ina.control.watch)."""
+
+    def waiting(self) -> Waiting: ...
+
+
 class _Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -73,12 +85,15 @@ class ControlServer:
         self.access.check_bind(host)
         self.target = target
         self.refused = dict.fromkeys((*REFUSALS.values(), "control_errors"), 0)
+        self._collector = ServiceCollector(self)
         self._lock = threading.Lock()
         self._changes = threading.Lock()
         self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"{target.role}-control", daemon=True)
         self._thread.start()
+        watched = getattr(target, "waiting", None)
+        self._watch = None if watched is None else Watch(watched, self._fanins, getattr(target, "watch_period", WATCH_PERIOD))
 
     @property
     def address(self) -> tuple[str, int]:
@@ -86,6 +101,8 @@ class ControlServer:
         return str(host), int(port)
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
@@ -97,6 +114,33 @@ class ControlServer:
     def counters(self) -> dict[str, int]:
         with self._lock:
             return self.target.counters() | self.refused
+
+    def _fanins(self) -> dict[int, int]:
+        return {int(job["job"]): len(job["workers"]) for job in self.target.jobs()}
+
+    def lateness(self, job: int) -> dict[str, Any] | None:
+        """What the watch measured of `job` (None: the target is not watched, or the job is new to it)."""
+        return None if self._watch is None else self._watch.lateness.report(job)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The job table, each job with the chunks it holds and its slowest and stalled ranks, where watched."""
+        listed = self.target.jobs()
+        for job in listed:
+            report = self.lateness(job["job"])
+            if report is not None:
+                job |= {name: report[name] for name in ("held", "slowest_rank", "stalled_ranks")}
+        return listed
+
+    def job(self, job: int) -> dict[str, Any]:
+        """One job's entry with, per rank, what the watch measured."""
+        entry = next((j for j in self.jobs() if j["job"] == job), None)
+        if entry is None:
+            raise _Refused(404, f"job {job} is not registered here")
+        report = self.lateness(job)
+        return entry | {"ranks": [] if report is None else report["ranks"]}
+
+    def metrics(self) -> bytes:
+        return exposition([self._collector])
 
     # -- the requests, once authenticated ------------------------------------------------
 
@@ -129,10 +173,10 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # keep servers quiet
             pass
 
-        def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(body).encode()
+        def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None, content_type: str = "application/json") -> None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -170,23 +214,26 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     raise _Refused(401, "this control API needs 'Authorization: Bearer <token>' with a token it knows "
                                         "(workers read theirs from INA_TOKEN_FILE or INA_TOKEN)")  # fmt: skip
+                if getattr(caller, "scrape_only", False) and (method, path) not in SCRAPES:
+                    raise Forbidden("a scrape token may only GET /metrics and /health")
                 if method == "GET" and path == "/health":
                     self._reply(200, {"role": target.role, "ok": True})
+                elif method == "GET" and path == "/metrics":
+                    self._reply(200, server.metrics(), content_type=CONTENT_TYPE)
                 elif method == "GET" and path == "/config":
                     self._reply(200, target.config())
                 elif method == "GET" and path == "/whoami":
                     self._reply(200, server.whoami(caller))
                 elif method == "GET" and path == "/jobs":
-                    self._reply(200, target.jobs())
+                    self._reply(200, server.jobs())
+                elif method == "GET" and path.startswith("/jobs/"):
+                    self._reply(200, server.job(_job_id(path)))
                 elif method == "GET" and path == "/counters":
                     self._reply(200, server.counters())
                 elif method == "POST" and path == "/jobs":
                     self._reply(200, server.register(caller, self._body()))
                 elif method == "DELETE" and path.startswith("/jobs/"):
-                    text = path.removeprefix("/jobs/")
-                    if not (text.isascii() and text.isdigit() and int(text) < 1 << 16):
-                        raise _Refused(400, f"job ids are integers in 0..65535, got {text[:40]!r}")
-                    self._reply(200, server.deregister(caller, int(text)))
+                    self._reply(200, server.deregister(caller, _job_id(path)))
                 else:
                     raise _Refused(404, f"no such request: {method} {self.path[:200]}")
             except _Refused as refusal:
@@ -225,6 +272,14 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _job_id(path: str) -> int:
+    """The job id of a `/jobs/<job>` path."""
+    text = path.removeprefix("/jobs/")
+    if not (text.isascii() and text.isdigit() and int(text) < 1 << 16):
+        raise _Refused(400, f"job ids are integers in 0..65535, got {text[:40]!r}")
+    return int(text)
+
+
 class ControlClient:
     """Talks to one switch's or PS's control API; errors carry the server's message."""
 
@@ -234,7 +289,8 @@ class ControlClient:
         self.timeout = timeout
         self._token = token_from_environment() if token is None else token
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
+    def _request(self, method: str, path: str, body: Any = None, raw: bool = False) -> Any:
+        """The answer's JSON (its text if `raw`); ControlError with the server's message otherwise."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
@@ -242,7 +298,8 @@ class ControlClient:
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read())
+                answer = response.read()
+                return answer.decode() if raw else json.loads(answer)
         except urllib.error.HTTPError as error:
             try:
                 message = json.loads(error.read() or b"{}").get("error", error.reason)
@@ -272,3 +329,9 @@ class ControlClient:
 
     def counters(self) -> dict[str, int]:
         return self._request("GET", "/counters")
+
+    def job(self, job: int) -> dict[str, Any]:
+        return self._request("GET", f"/jobs/{job}")
+
+    def metrics(self) -> str:
+        return self._request("GET", "/metrics", raw=True)

@@ -14,7 +14,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import numpy as np
+
 from ina.control import JobSpec
+from ina.control.watch import Waiting
 from ina.p4.build import build
 from ina.p4.registers import Bmv2Thrift
 from ina.p4.runtime import DELETE, INSERT, MODIFY, P4RuntimeClient
@@ -146,6 +149,17 @@ class P4Switch:
             counts |= {name: self.registers.counter("ina_outcomes", i) for i, name in enumerate(OUTCOMES)}
             counts |= {name: self.registers.counter("ina_events", i) for i, name in enumerate(EVENTS)}
         return {name: counts[name] for name in COUNTERS}
+
+    def waiting(self) -> Waiting:
+        """The partials in the slot registers (a slot holds one while some worker is missing), for the watch."""
+        with self._lock:
+            ids, seqs, missing = (np.array(self.registers.registers(f"ina_{name}"), dtype=np.uint64)
+                                  for name in ("key_id", "key_seq", "missing"))  # fmt: skip
+            full = {job: entry.spec.full_bitmap for job, entry in self.table.entries.items()}
+        held = np.flatnonzero(missing)
+        job = (ids[held] & np.uint64(0xFFFF)).astype(np.int64)
+        present = np.array([full.get(j, 0) for j in job.tolist()], dtype=np.uint64) & ~missing[held]
+        return Waiting(job, ids[held] << np.uint64(32) | seqs[held], present.astype(np.uint32))
 
     def slots(self) -> list[dict[str, Any]]:
         """The slots holding a partial or a redirect, as the software switch's `Slots.describe` gives

@@ -167,6 +167,7 @@ typedef struct {
     uint32_t newest;
     uint32_t *scratch; /* a result's sums */
     uint8_t *packet;   /* one RESULT being built */
+    uint64_t completed, switch_completed; /* chunks completed here, and at the switch (its RESULT copies) */
 } job;
 
 #define LOOKUP_BYTES (256u << 10)
@@ -524,7 +525,7 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
         ps->counts[C_tx]++;
         for (uint32_t r = 1; r < j->n; r++) send_again(ps, tx, j->workers[r]);
     }
-    ps->counts[C_completed]++;
+    ps->counts[C_completed]++, j->completed++;
 }
 
 /* Add a piece to its chunk: `words` big-endian sums in `payload`, or with `table` the lanes of its indices. The
@@ -712,7 +713,7 @@ static void on_result(PS *ps, job *j, const ina_header *h, const uint8_t *data, 
             ps->counts[C_duplicate]++;
             return;
         }
-        ps->counts[C_result_copies]++;
+        ps->counts[C_result_copies]++, j->switch_completed++;
         return;
     }
     int worker = 0;
@@ -926,16 +927,41 @@ static PyObject *PS_deregister(PS *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* (pending, results, fetching) of a registered job. */
+/* (pending, results, fetching, completed, switch_completed) of a registered job. */
 static PyObject *PS_job_state(PS *self, PyObject *args) {
     unsigned int id;
     if (not_ready(self) || !PyArg_ParseTuple(args, "I", &id)) return NULL;
     ina_py_lock(&self->loop);
     const job *j = id < 1 << 16 ? self->jobs[id] : NULL;
     unsigned pending = j ? j->pending.count : 0, results = j ? j->ring.count : 0, fetching = j ? j->fetches.count : 0;
+    unsigned long long completed = j ? j->completed : 0, switch_completed = j ? j->switch_completed : 0;
     ina_py_unlock(&self->loop);
     if (!j) return PyErr_Format(PyExc_ValueError, "job %u is not registered", id);
-    return Py_BuildValue("III", pending, results, fetching);
+    return Py_BuildValue("IIIKK", pending, results, fetching, completed, switch_completed);
+}
+
+/* waiting(): every incomplete chunk as native-order uint32 arrays (job ids, seqs, MAX flags, bitmaps held). */
+static PyObject *PS_waiting(PS *self, PyObject *unused) {
+    (void)unused;
+    if (not_ready(self)) return NULL;
+    ina_py_lock(&self->loop);
+    size_t total = 0;
+    for (uint32_t k = 0; k < self->njobs; k++) total += self->jobs[self->order[k]]->pending.count;
+    uint32_t *rows = malloc((4 * total + 1) * sizeof *rows), *out = rows;
+    if (rows) {
+        for (uint32_t k = 0; k < self->njobs; k++) {
+            const job *j = self->jobs[self->order[k]];
+            for (int32_t e = j->pending.head; e >= 0; e = j->pending.next[e], out++) {
+                out[0] = j->id, out[total] = j->pending.key[e];
+                out[2 * total] = j->chunks[e].format.flags != 0, out[3 * total] = j->chunks[e].held;
+            }
+        }
+    }
+    ina_py_unlock(&self->loop);
+    if (!rows) return PyErr_NoMemory();
+    PyObject *result = Py_BuildValue("y#", (const char *)rows, (Py_ssize_t)(4 * total * sizeof *rows));
+    free(rows);
+    return result;
 }
 
 static PyObject *PS_counters(PS *self, PyObject *unused) {
@@ -973,8 +999,9 @@ static PyObject *PS_refused(PS *self, PyObject *unused) {
 static PyMethodDef PS_methods[] = {
     {"register", (PyCFunction)PS_register, METH_VARARGS, "Add an admitted job (ina/ps/native.py checks it first)."},
     {"deregister", (PyCFunction)PS_deregister, METH_VARARGS, "Forget a job: its pieces, results, fetches and timers."},
-    {"job_state", (PyCFunction)PS_job_state, METH_VARARGS, "(pending, results, fetching) of a job."},
+    {"job_state", (PyCFunction)PS_job_state, METH_VARARGS, "(pending, results, fetching, completed, switch_completed) of a job."},
     {"counters", (PyCFunction)PS_counters, METH_NOARGS, "Every counter, in the order of COUNTERS."},
+    {"waiting", (PyCFunction)PS_waiting, METH_NOARGS, "Incomplete chunks: 4 rows of uint32 (job, seq, max, held)."},
     {"receive", (PyCFunction)PS_receive, METH_VARARGS, "receive(data, start, length, ip, port, now): what to send."},
     {"tick", (PyCFunction)PS_tick, METH_VARARGS, "tick(now): the FLUSH requests and expiries due."},
     {"next_deadline", (PyCFunction)PS_next_deadline, METH_NOARGS, "When tick next has work, or None."},

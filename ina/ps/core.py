@@ -17,6 +17,7 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
+from ina.control.watch import Waiting
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
@@ -131,12 +132,19 @@ class ParameterServer:
     def jobs(self) -> list[dict[str, Any]]:
         return [
             {**state.spec.to_json(), "pending": len(state.pending), "results": len(state.ring), "ring": state.ring.capacity,
-             "fetching": len(state.fetches), **({} if state.owner is None else {"owner": state.owner})}
+             "fetching": len(state.fetches), "completed": state.completed, "switch_completed": state.switch_completed,
+             **({} if state.owner is None else {"owner": state.owner})}
             for state in self._jobs.values()
         ]
 
     def counters(self) -> dict[str, int]:
         return dict(self._counts)
+
+    def waiting(self) -> Waiting:
+        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold."""
+        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, chunk.pieces.held)
+                for job, state in self._jobs.items() for chunk in state.pending.values()]  # fmt: skip
+        return waiting_of(np.array(rows, dtype=np.uint64).reshape(-1, 3).T)
 
     # --- packets ----------------------------------------------------------------------
 
@@ -256,6 +264,7 @@ class ParameterServer:
                 self._counts["duplicate"] += 1
                 return
             self._counts["result_copies"] += 1
+            job.switch_completed += 1
         elif datagram.addr in job.workers:
             fetch = job.fetches.get(f.seq)
             if fetch is None:  # never asked for, or another worker answered first
@@ -344,6 +353,7 @@ class ParameterServer:
         job.fetches.pop(chunk.seq, None)  # every worker gets the RESULT below
         out.extend(Datagram(packet, worker) for worker in job.workers)
         self._counts["completed"] += 1
+        job.completed += 1
 
     def _drop(self, job: JobState, chunk: Chunk, reason: str) -> None:
         """Forget an incomplete chunk; `reason` counts its pieces."""
@@ -381,3 +391,9 @@ def _payload(datagram: Datagram) -> np.ndarray:
 def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0) -> Header:
     """A header for chunk `seq` of `job`: its operation, format and slot, no rank or priority."""
     return Header(kind, job, seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits, bitmap=bitmap)
+
+
+def waiting_of(rows: np.ndarray) -> Waiting:
+    """A `Waiting` from three rows (job, chunk key, bitmap held) of uint64."""
+    job, chunk, held = rows
+    return Waiting(job.astype(np.int64), chunk, held.astype(np.uint32))

@@ -62,7 +62,8 @@ class Fetch:
 class JobState:
     """One registered job as the PS sees it."""
 
-    __slots__ = ("spec", "words", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest", "owner")
+    __slots__ = ("spec", "words", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest", "owner",
+                 "completed", "switch_completed")
 
     def __init__(self, spec: JobSpec, words: int, ring_capacity: int) -> None:
         self.spec = spec
@@ -82,6 +83,10 @@ class JobState:
         """The newest seq any worker of the job has sent (serial order)."""
         self.owner: str | None = None
         """The tenant that registered it (docs/protocol.md, section 7); None on an open control API."""
+        self.completed = 0
+        """Chunks completed here."""
+        self.switch_completed = 0
+        """Chunks completed at the switch: the RESULT copies it sent here."""
 
     def sent_by(self, rank: int, src: Address) -> bool:
         """A DATA of `rank` may come from that worker or through the job's switch."""

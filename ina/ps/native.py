@@ -17,8 +17,9 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
+from ina.control.watch import Waiting
 from ina.net.native import NativeNode, load_native, native_on_path, peer_of
-from ina.ps.core import COUNTERS, ParameterServer
+from ina.ps.core import COUNTERS, ParameterServer, waiting_of
 from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
 MODULE, WHAT = "ina.ps._native", "parameter server"
@@ -92,10 +93,15 @@ class NativeParameterServer(NativeNode):
         with self._lock:
             listed = []
             for job, (spec, owner, ring) in self._jobs.items():
-                pending, results, fetching = self._core.job_state(job)
+                pending, results, fetching, completed, switch_completed = self._core.job_state(job)
                 listed.append({**spec.to_json(), "pending": pending, "results": results, "ring": ring, "fetching": fetching,
+                               "completed": completed, "switch_completed": switch_completed,
                                **({} if owner is None else {"owner": owner})})  # fmt: skip
             return listed
 
     def counters(self) -> dict[str, int]:
         return dict(zip(COUNTERS, self._core.counters()))
+
+    def waiting(self) -> Waiting:
+        job, seq, is_max, held = np.frombuffer(self._core.waiting(), dtype=np.uint32).reshape(4, -1).astype(np.uint64)
+        return waiting_of(np.stack([job, seq | is_max << np.uint64(32), held]))

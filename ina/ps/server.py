@@ -16,6 +16,7 @@ from typing import Any
 
 from ina.control import Endpoint, JobSpec
 from ina.control.auth import Access
+from ina.control.watch import Waiting
 from ina.net.native import NativeRunner
 from ina.net.node import Address, Datagram
 from ina.net.service import Service
@@ -83,6 +84,10 @@ class PSServer(Service):
     def counters(self) -> dict[str, int]:
         with self._lock:
             return self.core.counters() | super().counters()
+
+    def waiting(self) -> Waiting:
+        with self._lock:
+            return self.core.waiting()
 
 
 def _resolve(endpoint: Endpoint, what: str) -> Endpoint:

@@ -29,6 +29,11 @@ enum { COUNTER_NAMES C_COUNT };
 static const char *const counter_names[] = {COUNTER_NAMES};
 #undef X
 
+/* Per job id, in the order of ina/switch/core.py JOB_COUNTERS: the chunks it completed here, the
+ * slots its packets took from other jobs, the slots other jobs took from it, its packets that met
+ * another job's chunk and went to the PS. */
+enum { J_COMPLETED, J_PREEMPTING, J_PREEMPTED, J_COLLISIONS, J_COUNT };
+
 enum { POLICY_ESA = 0, POLICY_ATP = 1, POLICY_STATIC = 2 };
 
 /* A chunk key as ina/switch/state.py packs it: valid | op << 48 | job << 32 | seq; 0 is "none". */
@@ -64,6 +69,7 @@ typedef struct {
     job_row *rows;
     size_t jobs;
     uint64_t count[C_COUNT];
+    uint64_t (*job_count)[J_COUNT]; /* per job id */
 } Switch;
 
 /* ------------------------------------------------------------------ the algorithm */
@@ -129,7 +135,7 @@ static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int 
     if (sw->bitmap[s] == row->full) {
         send_slot(sw, INA_RESULT, s, key, tx);
         sw->key[s] = 0;
-        sw->count[C_COMPLETED]++;
+        sw->count[C_COMPLETED]++, sw->job_count[key_job(key)][J_COMPLETED]++;
     }
 }
 
@@ -180,11 +186,12 @@ static void data_packet(Switch *sw, const job_row *row, const ina_header *h, uin
         send_slot(sw, INA_PARTIAL, s, held, tx);
         sw->redirect[s] = held;
         sw->count[C_PREEMPTED]++, sw->count[C_CLAIMED]++;
+        sw->job_count[h->job][J_PREEMPTING]++, sw->job_count[key_job(held)][J_PREEMPTED]++;
         merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
     } else { /* collision */
         forward(sw, row, data, length, tx);
         sw->redirect[s] = key;
-        sw->count[C_COLLISION]++;
+        sw->count[C_COLLISION]++, sw->job_count[h->job][J_COLLISIONS]++;
     }
 }
 
@@ -274,7 +281,8 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
     self->key = calloc(pool, sizeof *self->key), self->redirect = calloc(pool, sizeof *self->redirect);
     self->bitmap = calloc(pool, sizeof *self->bitmap), self->prio = calloc(pool, sizeof *self->prio);
     self->value = calloc((size_t)pool * words, sizeof *self->value), self->touched = calloc(pool, sizeof *self->touched);
-    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched) {
+    self->job_count = calloc(1 << 16, sizeof *self->job_count);
+    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched || !self->job_count) {
         PyErr_NoMemory();
         return -1;
     }
@@ -292,7 +300,7 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
 static void Switch_dealloc(Switch *self) {
     if (self->looped) ina_loop_free(&self->loop);
     free(self->key), free(self->redirect), free(self->bitmap), free(self->prio), free(self->value), free(self->touched);
-    free(self->rows);
+    free(self->rows), free(self->job_count);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -362,6 +370,7 @@ static PyObject *Switch_set_jobs(Switch *self, PyObject *args) {
             if (self->key[s] && key_job(self->key[s]) == forget) self->key[s] = 0;
             if (self->redirect[s] && key_job(self->redirect[s]) == forget) self->redirect[s] = 0;
         }
+        memset(self->job_count[forget], 0, sizeof self->job_count[forget]); /* a reused id starts afresh */
     }
     ina_py_unlock(&self->loop);
     PyBuffer_Release(&table);
@@ -405,6 +414,30 @@ static PyObject *Switch_registers(Switch *self, PyObject *unused) {
     return out;
 }
 
+/* job_counters(job): the job's counters, in the order of JOB_COUNTERS. */
+static PyObject *Switch_job_counters(Switch *self, PyObject *args) {
+    unsigned job;
+    if (!ready(self) || !PyArg_ParseTuple(args, "I", &job)) return NULL;
+    if (job > 0xFFFF) return PyErr_Format(PyExc_ValueError, "job ids are 0..65535, got %u", job);
+    uint64_t count[J_COUNT];
+    ina_py_lock(&self->loop);
+    memcpy(count, self->job_count[job], sizeof count);
+    ina_py_unlock(&self->loop);
+    return Py_BuildValue("(KKKK)", count[0], count[1], count[2], count[3]);
+}
+
+/* holders(): copies of the key and bitmap registers as native-order bytes (what the watch samples). */
+static PyObject *Switch_holders(Switch *self, PyObject *unused) {
+    (void)unused;
+    if (!ready(self)) return NULL;
+    size_t p = self->pool;
+    ina_py_lock(&self->loop);
+    PyObject *out = Py_BuildValue("(y#y#)", (const char *)self->key, (Py_ssize_t)(p * 8), (const char *)self->bitmap,
+                                  (Py_ssize_t)(p * 4));
+    ina_py_unlock(&self->loop);
+    return out;
+}
+
 static PyObject *Switch_receive(Switch *self, PyObject *args) {
     return ready(self) ? ina_py_receive(&self->loop, &self->node, args) : NULL;
 }
@@ -434,6 +467,8 @@ static PyMethodDef Switch_methods[] = {
     {"next_deadline", (PyCFunction)Switch_next_deadline, METH_NOARGS, "when tick next has work, or None"},
     {"counters", (PyCFunction)Switch_counters, METH_NOARGS, "the counters, in the order of COUNTERS"},
     {"registers", (PyCFunction)Switch_registers, METH_NOARGS, "the slot registers as bytes"},
+    {"holders", (PyCFunction)Switch_holders, METH_NOARGS, "the key and bitmap registers as bytes"},
+    {"job_counters", (PyCFunction)Switch_job_counters, METH_VARARGS, "job_counters(job): one job's counters"},
     {"serve", (PyCFunction)Switch_serve, METH_VARARGS, "serve(fd): the packet loop, GIL released, until stop()"},
     {"stop", (PyCFunction)Switch_stop, METH_NOARGS, "ask the packet loop to return"},
     {"refused", (PyCFunction)Switch_refused, METH_NOARGS, "datagrams the kernel refused to send"},

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ina.control import JobSpec
+from ina.control.watch import Waiting
 from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.protocol import Flag, Kind
@@ -49,6 +50,9 @@ EVENTS = (
     "swept",
 )
 COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
+JOB_COUNTERS = ("completed", "preempting", "preempted", "collisions")
+"""Per job: chunks it completed in the switch, slots its packets took from other jobs, slots other
+jobs took from it, and its packets that met another job's chunk and went to the PS."""
 OUTCOMES = (*DROPS, "redirected", "flushed", "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests")
 """Every received packet is counted under exactly one of these: they sum to rx_packets
 (stale and preempted packets also claim; completed, flush_hits and swept are further events)."""
@@ -118,6 +122,7 @@ class SwitchCore:
         self.table = Jobs(config.pool, config.policy)
         self._mask = config.pool - 1
         self._counts = dict.fromkeys(COUNTERS, 0)
+        self._job_counts = np.zeros((1 << 16, len(JOB_COUNTERS)), dtype=np.int64)
         self._lock = threading.Lock()
 
     # -- control plane -------------------------------------------------------------------
@@ -135,14 +140,20 @@ class SwitchCore:
         with self._lock:
             self.table.remove(job)
             self.slots.forget_job(job)
+            self._job_counts[job] = 0
 
     def jobs(self) -> list[dict[str, Any]]:
+        """The job table, each job with its JOB_COUNTERS."""
         with self._lock:
-            return [entry.to_json() for entry in self.table.entries.values()]
+            return [entry.to_json() | dict(zip(JOB_COUNTERS, self._job_counts[job].tolist())) for job, entry in self.table.entries.items()]
 
     def counters(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+    def waiting(self) -> Waiting:
+        with self._lock:
+            return waiting_in(self.slots.key.copy(), self.slots.bitmap.copy())
 
     # -- data plane ----------------------------------------------------------------------
 
@@ -190,6 +201,11 @@ class SwitchCore:
 
     def _count(self, name: str, mask: np.ndarray) -> None:
         self._counts[name] += int(np.count_nonzero(mask))
+
+    def _count_jobs(self, name: str, keys: np.ndarray) -> None:
+        """One more of `name` for the job of each chunk key."""
+        if keys.size:
+            np.add.at(self._job_counts[:, JOB_COUNTERS.index(name)], key_job(keys), 1)
 
     def _admit(self, batch: Batch) -> _Packets:
         """The checks of section 5 in order, each failure dropped and counted; returns the survivors."""
@@ -313,6 +329,9 @@ class SwitchCore:
         forward = redirected | (free & p.resend) | (same_job & ~stale) | (other_job & p.resend) | collision
         out.add(p.index[forward], batch.raw[p.index[forward]], 2 * p.job[forward] + 1)  # unchanged, to the job's PS
 
+        self._count_jobs("preempting", p.key[preempt])
+        self._count_jobs("preempted", key[preempt])
+        self._count_jobs("collisions", p.key[collision])
         for name, mask in (
             ("redirected", redirected), ("duplicate", duplicate), ("flushed", resend_flush),
             ("aggregated", add), ("claimed", claim), ("stale", stale), ("preempted", preempt),
@@ -342,6 +361,7 @@ class SwitchCore:
         """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free."""
         done = self.slots.bitmap[s] == self.table.full[job]
         out.add(index[done], *self._results(s[done]))
+        self._count_jobs("completed", self.slots.key[s[done]])
         self.slots.key[s[done]] = 0
         self._count("completed", done)
 
@@ -364,6 +384,12 @@ class SwitchCore:
         lanes = np.where(op, 32, table.lane_bits[row])
         rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
         return rows, 2 * row + (kind == Kind.PARTIAL)
+
+
+def waiting_in(key: np.ndarray, bitmap: np.ndarray) -> Waiting:
+    """The chunks held in slot registers `key` and `bitmap` (the watch's view of a switch)."""
+    held = np.flatnonzero(key)
+    return Waiting(key_job(key[held]), key[held], bitmap[held])
 
 
 def _rounds(slots: np.ndarray) -> Iterator[np.ndarray]:

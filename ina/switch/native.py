@@ -19,7 +19,8 @@ from ina.control import JobSpec
 from ina.net.native import NativeNode, load_native, native_on_path, peer_of
 from ina.protocol import MAX_WORKERS
 from ina.switch.config import POLICIES, SwitchConfig
-from ina.switch.core import COUNTERS, SwitchCore
+from ina.control.watch import Waiting
+from ina.switch.core import COUNTERS, JOB_COUNTERS, SwitchCore, waiting_in
 from ina.switch.state import Jobs, Slots
 
 MODULE, WHAT = "ina.switch._native", "software switch"
@@ -71,11 +72,16 @@ class NativeSwitchCore(NativeNode):
             self._push(forget=job)
 
     def jobs(self) -> list[dict[str, Any]]:
+        """The job table, each job with its JOB_COUNTERS."""
         with self._lock:
-            return [entry.to_json() for entry in self.table.entries.values()]
+            return [entry.to_json() | dict(zip(JOB_COUNTERS, self._core.job_counters(job))) for job, entry in self.table.entries.items()]
 
     def counters(self) -> dict[str, int]:
         return dict(zip(COUNTERS, self._core.counters()))
+
+    def waiting(self) -> Waiting:
+        key, bitmap = self._core.holders()
+        return waiting_in(np.frombuffer(key, dtype=np.uint64), np.frombuffer(bitmap, dtype=np.uint32))
 
     def _push(self, forget: int = -1) -> None:
         """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS and workers."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from ina.control import JobSpec
 from ina.control.auth import Access
+from ina.control.watch import Waiting
 from ina.net.faults import FaultInjector, FaultyNode
 from ina.net.native import NativeRunner
 from ina.net.node import Address
@@ -68,6 +69,9 @@ class SwitchServer(Service):
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.core.jobs()
+
+    def waiting(self) -> Waiting:
+        return self.core.waiting()
 
     def counters(self) -> dict[str, int]:
         counts = self.core.counters() | super().counters()
