@@ -170,6 +170,8 @@ def test_the_native_ps_answers_every_stream_exactly_as_the_python_one(data):
                 ps.register(SPECS[job])
         assert native.next_deadline() == python.next_deadline(), f"step {step}: deadline"
         assert native.counters() == python.counters(), f"step {step}: counters"
+        ours, theirs = native.waiting(), python.waiting()
+        assert all(np.array_equal(getattr(ours, f), getattr(theirs, f)) for f in ("job", "chunk", "present")), f"step {step}: waiting"
         now += data.draw(st.sampled_from([0.0, 0.0005, 0.001, 0.003, 0.02]))
     assert native.jobs() == python.jobs()
     for name, value in python.counters().items():

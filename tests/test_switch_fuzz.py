@@ -124,6 +124,13 @@ def assert_same(native: Rig, reference: Rig) -> None:
     for name, array in theirs.items():
         assert np.array_equal(ours[name], array), name
     assert native.core.next_deadline() == reference.core.next_deadline()
+    assert native.core.jobs() == reference.core.jobs()  # with each job's counters
+    _same_waiting(native.core.waiting(), reference.core.waiting())
+
+
+def _same_waiting(ours, theirs) -> None:
+    for name in ("job", "chunk", "present"):
+        assert np.array_equal(getattr(ours, name), getattr(theirs, name)), name
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

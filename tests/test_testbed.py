@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ina.testbed.network import why_not
+from ina.testbed.results import occupancy
 
 ROOT = Path(__file__).parent.parent
 _REASON = why_not()
@@ -99,8 +100,16 @@ def test_ci_run_through_the_software_switch_ends_exactly_as_the_collective_and_l
     assert all(float(r["tx_bytes_per_worker"]) > 0 and float(r["step_time"]) > 0 for r in steps)
     # THC moves 1 byte a coordinate here, about a quarter of fp32's 4 (19,210 parameters).
     assert 10_000 < jobs["collective"]["hook_bytes_per_worker_step"] < 4 * 19_210 / 2
-    for plot in ("loss_vs_time.png", "jct.png", "step_time.png"):
+    for plot in ("loss_vs_time.png", "jct.png", "step_time.png", "slot_occupancy.png"):
         assert (out / plot).stat().st_size > 1000
+    # The switch's and the PS's /metrics, recorded over the run: the switch job's slots while it was registered.
+    job_id = json.loads((out / "esa" / "switch" / "summary.json").read_text())["job_id"]
+    assert occupancy(out / "esa" / "metrics.jsonl")[job_id]
+    scrapes = [json.loads(line) for line in (out / "esa" / "metrics.jsonl").read_text().splitlines()]
+    assert {s["role"] for s in scrapes if "role" in s} == {"switch", "ps"}
+    assert scrapes[-1]["tally"]["scrapes"] > 20 and scrapes[-1]["tally"]["failed"] == 0, scrapes[-1]
+    completed = [s["samples"]["ina_switch_completed_total"] for s in scrapes if s.get("role") == "switch"]
+    assert completed == sorted(completed) and completed[-1] > 0  # a counter, recorded as it grew
     assert_nothing_left(out, interfaces)
 
 

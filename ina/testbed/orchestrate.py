@@ -28,6 +28,8 @@ SWITCH_PORT, SWITCH_CONTROL_PORT = 47100, 47180
 PS_PORT, PS_CONTROL_PORT = 47101, 47181
 MASTER_PORT = 29500
 PROGRESS_EVERY = 5.0
+METRICS_EVERY = 0.5
+"""Seconds between two scrapes of the services' /metrics."""
 
 
 class RunTimeout(RuntimeError):
@@ -58,9 +60,12 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
         for policy in rounds:
             folder = out / policy
             services = _start_services(run, network, processes, folder, policy, deadline) if aggregated else []
+            recorder = _record_metrics(run, network, processes, folder) if aggregated else None
             for phase, jobs in enumerate(run.phases):
                 say(f"ina testbed: [{policy}] phase {phase}: " + ", ".join(f"{j.name} ({j.method}, {j.workers} workers)" for j in jobs))
                 outcomes += _run_phase(run, network, processes, folder, policy, jobs, deadline, say)
+            if recorder is not None:
+                recorder.stop()
             counters[policy] = {s.name: s.stop_and_count() for s in services}
         counters["link_loss_drops"] = network.loss_counters()
         counters["link_queue_drops"] = network.queue_drops()
@@ -114,6 +119,16 @@ def _start_services(run: Run, network: Network, processes: Processes, folder: Pa
     for service in (ps, switch):  # BMv2 may compile the P4 program first (cached afterwards)
         service.wait_ready(max(1.0, min(900.0, deadline - time.monotonic())))
     return [switch, ps]
+
+
+def _record_metrics(run: Run, network: Network, processes: Processes, folder: Path) -> Any:
+    """Scrape the switch's and the PS's /metrics into the round's metrics.jsonl, from the PS host
+    (which reaches both control APIs), until stopped (ina.testbed.scrape)."""
+    services = [f"ps={network.ps.ip}:{PS_CONTROL_PORT}"]
+    if any(j.transport == "switch" for j in run.jobs):
+        services.append(f"switch={network.control_ip}:{SWITCH_CONTROL_PORT}")
+    command = [*ina_command()[:2], "ina.testbed.scrape", str(folder / results.METRICS), *services, "--interval", str(METRICS_EVERY)]
+    return processes.start("metrics", network.ps.node, command, folder / "metrics.log", base_environment(False))
 
 
 def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, policy: str, jobs: list[Job],

@@ -29,6 +29,10 @@ JOB_COLUMNS = ("policy", "job", "method", "workers", "phase", "steps", "paramete
 
 SWITCH_COUNTERS = ("aggregated", "completed", "preempted", "collision", "redirected", "flushed", "resend_forwarded")
 PS_COUNTERS = ("pieces", "completed", "duplicate", "results_replayed", "status_sent", "flush_sent")
+METRICS = "metrics.jsonl"
+"""Each round's scrapes of the switch's and the PS's /metrics (ina.testbed.scrape)."""
+HELD = 'ina_switch_job_held{job="'
+"""The samples of the slots each job holds at the switch."""
 """The counters the summary prints (results.json has all of them)."""
 
 
@@ -88,8 +92,46 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
     _csv(out / "jobs.csv", JOB_COLUMNS, job_rows)
     result = {"run": run.name, "rounds": list(rounds), "jobs": job_rows, "counters": counters}
     (out / "results.json").write_text(json.dumps(result, indent=2))
-    result["plots"] = plot(out, step_rows, job_rows)
+    names = {(o["policy"], json.loads((Path(o["dir"]) / "summary.json").read_text()).get("job_id")): o["job"] for o in outcomes}
+    result["plots"] = plot(out, step_rows, job_rows) + plot_occupancy(out, list(rounds), names)
     return result
+
+
+def occupancy(path: Path) -> dict[int, list[tuple[float, float]]]:
+    """Per job id, (seconds since the round's services started, slots it held at the switch) at each scrape."""
+    series: dict[int, list[tuple[float, float]]] = {}
+    if not path.exists():
+        return series
+    for line in path.read_text().splitlines():
+        scrape = json.loads(line)
+        if scrape.get("role") != "switch":
+            continue
+        for name, value in scrape["samples"].items():
+            if name.startswith(HELD):
+                series.setdefault(int(name[len(HELD) :].split('"', 1)[0]), []).append((scrape["t"], value))
+    return series
+
+
+def plot_occupancy(out: Path, rounds: list[str], names: dict[tuple[str, int | None], str]) -> list[str]:
+    """Slots held per job against time, one panel per switch policy side by side (none without scrapes or matplotlib)."""
+    held = {policy: occupancy(out / policy / METRICS) for policy in rounds}
+    if not any(held.values()):
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    figure, axes = plt.subplots(1, len(rounds), figsize=(6 * len(rounds), 4.5), sharey=True, squeeze=False)
+    for ax, policy in zip(axes[0], rounds):
+        for job, points in sorted(held[policy].items()):
+            ax.step([t for t, _ in points], [v for _, v in points], where="post", label=names.get((policy, job), f"job {job}"))
+        ax.set(xlabel="seconds since the switch started", title=f"{policy}: slots held per job")
+        ax.legend(fontsize="small")
+    axes[0][0].set_ylabel("aggregator slots held (sampled)")
+    return [_save(figure, out / "slot_occupancy.png")]
 
 
 def table(result: dict[str, Any]) -> list[str]:
