@@ -69,6 +69,15 @@ def test_on_bmv2_tenants_get_their_caps_and_quotas_and_cannot_touch_each_others_
             while server.switch.counters()["claimed"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert [(s["key"], s["prio"]) for s in server.switch.slots()] == [({"job": 100, "seq": 0, "max": False}, 100)]
+            # The watch reads the slot registers: job 100 holds one slot, waiting for rank 1.
+            operator = ControlClient(*server.control_address, token=OPERATOR_TOKEN)
+            while operator.job(100).get("held") != 1 and time.monotonic() < deadline + 5:
+                time.sleep(0.1)
+            job = operator.job(100)
+            assert job["held"] == 1 and job["ranks"][1]["waiting_chunks"] == 1 and job["ranks"][0]["waiting_chunks"] == 0, job
+            scraped = operator.metrics()
+            assert 'ina_switch_job_held{job="100",tenant="a"} 1.0' in scraped, scraped
+            assert f"ina_switch_claimed_total {float(operator.counters()['claimed'])}" in scraped
             a.deregister(100)
             assert a.jobs() == [] and server.switch.slots() == []
     finally:

@@ -77,6 +77,8 @@ class P4Switch:
     """A ControlTarget for a BMv2 switch running p4src/ina_v1model.p4. Thread-safe."""
 
     role = "switch"
+    watch_period = 0.5
+    """Seconds between the watch's reads of the slot registers (three Thrift reads of the pool each)."""
 
     def __init__(self, config: SwitchConfig, runtime: P4RuntimeClient, registers: Bmv2Thrift,
                  ip: str, mac: str, routes: Iterable[Route]) -> None:  # fmt: skip
