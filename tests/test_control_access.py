@@ -6,22 +6,29 @@ nothing."""
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from control_support import OPERATOR_TOKEN, TENANTS, TOKENS, bearer, raw, rewrite, spec, write_policy
 
-from ina.control.auth import Access, token_from_environment
+from ina.control.auth import Access
+from ina.control.credentials import token_from_environment
 from ina.control.http import MAX_BODY, ControlClient, ControlError, ControlServer
-from ina.control.policy import OPEN, Forbidden, Policy, Principal, acting_as
+from ina.control.policy import OPEN, SCRAPER, Forbidden, Policy, Principal, acting_as
+from ina.net.service import access_from_args
 from ina.ps import ParameterServer
 from ina.ps.server import PSServer
 from ina.switch import SwitchConfig
+from ina.switch import cli as switch_cli
 from ina.switch.server import SwitchServer
 from ina.switch.state import Jobs
 
 LOOPBACK = ("127.0.0.1", 0)
+SCRAPE_TOKEN = "scrape-token-0123456789"
 
 
 @pytest.fixture
@@ -78,10 +85,66 @@ def test_tokens_come_from_a_file_or_the_environment(tmp_path):
         token_from_environment({"INA_TOKEN_FILE": str(path)})
 
 
+def test_the_scrape_token_authenticates_to_a_scrape_only_principal(policy_file):
+    access = Access(OPERATOR_TOKEN, Policy(policy_file), scrape_token=SCRAPE_TOKEN)
+    scraper = access.authenticate(f"Bearer {SCRAPE_TOKEN}")
+    assert scraper is SCRAPER and (scraper.name, scraper.operator, scraper.tenant, scraper.scrape_only) == ("scraper", False, None, True)
+    for token in (OPERATOR_TOKEN, *TOKENS.values()):  # everyone else reads and writes as before
+        assert not access.authenticate(f"Bearer {token}").scrape_only
+    assert access.authenticate(f"Bearer {SCRAPE_TOKEN}x") is None
+    assert not OPEN.scrape_only
+
+
+def test_a_scrape_token_needs_a_protected_api_and_a_token_of_its_own():
+    with pytest.raises(ValueError, match="guards nothing on an open control API"):
+        Access(scrape_token=SCRAPE_TOKEN)
+    with pytest.raises(ValueError, match="must differ from the operator's token"):
+        Access(OPERATOR_TOKEN, scrape_token=OPERATOR_TOKEN)
+
+
+def test_the_scrape_token_comes_from_a_file_named_by_an_option_or_the_environment(tmp_path, monkeypatch, caplog):
+    token_file, scrape_file = tmp_path / "operator.token", tmp_path / "scrape.token"
+    token_file.write_text(OPERATOR_TOKEN)
+    token_file.chmod(0o600)
+    scrape_file.write_text(SCRAPE_TOKEN + "\n")
+    scrape_file.chmod(0o644)
+    parser = switch_cli.configure(argparse.ArgumentParser())
+    options = ["--token-file", str(token_file)]
+    with caplog.at_level(logging.WARNING, logger="ina.control"):
+        access = access_from_args(parser.parse_args([*options, "--scrape-token-file", str(scrape_file)]))
+    assert access.authenticate(f"Bearer {SCRAPE_TOKEN}") is SCRAPER
+    assert f"scrape token file {scrape_file} is readable by other users: chmod 600 it" in caplog.text
+    monkeypatch.setenv("INA_SCRAPE_TOKEN_FILE", str(scrape_file))
+    assert access_from_args(parser.parse_args(options)).authenticate(f"Bearer {SCRAPE_TOKEN}") is SCRAPER
+
+
+def test_a_scraper_reaches_the_health_check_and_nothing_of_the_jobs(policy_file):
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK,
+                      access=Access(OPERATOR_TOKEN, Policy(policy_file), scrape_token=SCRAPE_TOKEN)) as server:  # fmt: skip
+        scraper = ControlClient(*server.control_address, token=SCRAPE_TOKEN)
+        assert scraper.health() == {"role": "switch", "ok": True}
+        for attempt in (scraper.jobs, scraper.whoami, lambda: scraper.register(spec(3))):
+            assert _refusal(attempt).status == 403
+        assert server.jobs() == []
+
+
+def test_the_control_modules_import_one_way():
+    """auth -> policy -> credentials: the secrets' readers import none of the modules built on them."""
+    folder = Path(__file__).parent.parent / "ina" / "control"
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+
+    assert "ina.control.auth" not in imported("policy") and "ina.control.credentials" in imported("policy")
+    assert not {m for m in imported("credentials") if m.startswith("ina")}
+
+
 @pytest.mark.parametrize("tenants, message", [
     ([{"name": "a", "token": "short"}], "at least 16 characters"),
     ([{"name": "a"}], "exactly one of 'token' and 'token_file'"),
     ([{"name": "operator", "token": "x" * 16}], "other than 'operator'"),
+    ([{"name": "scraper", "token": "x" * 16}], "other than 'operator' and 'scraper'"),
     ([{"name": "a", "token": "x" * 16, "priority_cap": 256}], "priority_cap"),
     ([{"name": "a", "token": "x" * 16, "jobs": ["9-3"]}], "low end first"),
     ([{"name": "a", "token": "x" * 16}, {"name": "b", "token": "x" * 16}], "share a token"),

@@ -1,8 +1,8 @@
 """Authentication of control requests (docs/protocol.md, section 7, "Authentication").
 
-Tokens come from a file or the environment, never from a command line (which other users of the
-host can read in /proc). `Access` is what a control server knows: the operator token and the
-operator policy's tenants; it turns an `Authorization: Bearer <token>` header into a `Principal`.
+`Access` is what a control server knows: the operator token, the operator policy's tenants and the
+scrape token of a monitoring system; it turns an `Authorization: Bearer <token>` header into a
+`Principal`. Tokens come from files or the environment (`ina.control.credentials`).
 """
 
 from __future__ import annotations
@@ -12,42 +12,16 @@ import hmac
 import ipaddress
 import logging
 import os
-import stat
 from collections.abc import Mapping
-from pathlib import Path
 
-from ina.control.policy import OPEN, OPERATOR, Policy, Principal
+from ina.control.credentials import TOKEN, TOKEN_FILE, read_token_file, token_from_environment
+from ina.control.policy import OPEN, OPERATOR, SCRAPER, Policy, Principal
 
 logger = logging.getLogger("ina.control")
 
-TOKEN = "INA_TOKEN"
-TOKEN_FILE = "INA_TOKEN_FILE"
 TENANTS = "INA_TENANTS"
+SCRAPE_TOKEN_FILE = "INA_SCRAPE_TOKEN_FILE"
 ALLOW_UNAUTHENTICATED = "INA_ALLOW_UNAUTHENTICATED"
-
-
-def read_token_file(path: str | os.PathLike[str]) -> str:
-    """The token in `path` (surrounding whitespace stripped); warns when others may read the file."""
-    path = Path(path)
-    try:
-        token = path.read_text().strip()
-        mode = path.stat().st_mode
-    except OSError as error:
-        raise ValueError(f"token file {path}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"token file {path}: not text") from None
-    if not token:
-        raise ValueError(f"token file {path} is empty")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning("token file %s is readable by other users: chmod 600 it", path)
-    return token
-
-
-def token_from_environment(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The token named by INA_TOKEN_FILE (a path), else INA_TOKEN, else None."""
-    if environ.get(TOKEN_FILE):
-        return read_token_file(environ[TOKEN_FILE])
-    return environ.get(TOKEN) or None
 
 
 def is_loopback(host: str) -> bool:
@@ -65,25 +39,34 @@ def _digest(token: str) -> bytes:
 
 
 class Access:
-    """Who may use a control API: the operator's token, the policy's tenants, or anyone (open).
+    """Who may use a control API: the operator's token, the policy's tenants, a metrics scraper's
+    token, or anyone (open).
 
     >>> access = Access(token="s3cret-operator-token")
     >>> access.authenticate("Bearer s3cret-operator-token").operator, access.authenticate("Bearer guess")
     (True, None)
     """
 
-    def __init__(self, token: str | None = None, policy: Policy | None = None, allow_unauthenticated: bool = False) -> None:
+    def __init__(self, token: str | None = None, policy: Policy | None = None, allow_unauthenticated: bool = False,
+                 scrape_token: str | None = None) -> None:  # fmt: skip
+        if scrape_token is not None and token is None and policy is None:
+            raise ValueError(f"a scrape token (--scrape-token-file or {SCRAPE_TOKEN_FILE}) guards nothing on an open control "
+                             f"API: give the operator a token (--token-file or {TOKEN_FILE}) or tenants (--tenants) too")  # fmt: skip
+        if scrape_token is not None and scrape_token == token:
+            raise ValueError("the scrape token must differ from the operator's token: it may read metrics only")
         self._operator = None if token is None else _digest(token)
+        self._scraper = None if scrape_token is None else _digest(scrape_token)
         self.policy = policy
         self.allow_unauthenticated = allow_unauthenticated
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Access:
-        """INA_TOKEN_FILE or INA_TOKEN (the operator token), INA_TENANTS (a policy file) and
-        INA_ALLOW_UNAUTHENTICATED=1: what a server started without explicit settings uses."""
-        tenants = environ.get(TENANTS) or None
+        """INA_TOKEN_FILE or INA_TOKEN (the operator token), INA_TENANTS (a policy file), INA_SCRAPE_TOKEN_FILE
+        and INA_ALLOW_UNAUTHENTICATED=1: what a server started without explicit settings uses."""
+        tenants, scrape = environ.get(TENANTS) or None, environ.get(SCRAPE_TOKEN_FILE) or None
         return cls(token_from_environment(environ), None if tenants is None else Policy(tenants),
-                   environ.get(ALLOW_UNAUTHENTICATED, "") not in ("", "0"))  # fmt: skip
+                   environ.get(ALLOW_UNAUTHENTICATED, "") not in ("", "0"),
+                   None if scrape is None else read_token_file(scrape, "scrape token file"))  # fmt: skip
 
     @property
     def open(self) -> bool:
@@ -99,8 +82,9 @@ class Access:
             return None
         presented = _digest(token.strip())
         found: Principal | None = None
-        if self._operator is not None and hmac.compare_digest(presented, self._operator):
-            found = OPERATOR
+        for digest, principal in ((self._operator, OPERATOR), (self._scraper, SCRAPER)):
+            if digest is not None and hmac.compare_digest(presented, digest) and found is None:
+                found = principal
         for tenant in self.policy.current() if self.policy is not None else ():
             if hmac.compare_digest(presented, _digest(tenant.token)) and found is None:
                 found = Principal(tenant.name, False, tenant)

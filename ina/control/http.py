@@ -13,7 +13,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from ina.control.auth import Access, token_from_environment
+from ina.control.auth import Access
+from ina.control.credentials import token_from_environment
 from ina.control.jobs import JobSpec
 from ina.control.metrics import CONTENT_TYPE, ServiceCollector, exposition
 from ina.control.watch import Waiting, Watch

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
+from ina.control.credentials import read_token_file
 from ina.control.jobs import JobSpec
 
 logger = logging.getLogger("ina.control")
@@ -48,11 +49,13 @@ class Tenant:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The caller of a control request: the operator, a tenant, or anyone (an open API)."""
+    """The caller of a control request: the operator, a tenant, the metrics scraper, or anyone (an open API)."""
 
     name: str | None  # what a job's `owner` records; None for an open API
     operator: bool
     tenant: Tenant | None = None
+    scrape_only: bool = False
+    """May read GET /metrics and GET /health only (the scrape token): a monitoring system holds no more."""
 
     def describe(self) -> dict[str, Any]:
         if self.tenant is not None:
@@ -63,6 +66,8 @@ class Principal:
 OPEN = Principal(None, True)
 """No token or policy configured: everyone may do everything (single-user, loopback)."""
 OPERATOR = Principal("operator", True)
+SCRAPER = Principal("scraper", False, scrape_only=True)
+"""Whoever presents the scrape token (docs/protocol.md, section 7, "Authentication")."""
 
 _caller: contextvars.ContextVar[Principal] = contextvars.ContextVar("ina_control_caller", default=OPEN)
 
@@ -156,12 +161,10 @@ def parse_policy(body: Any, base: Path) -> tuple[Tenant, ...]:
         if unknown:
             raise ValueError(f"{what}: unknown fields {sorted(unknown)}")
         name = item.get("name")
-        if not isinstance(name, str) or not name or name == OPERATOR.name:
-            raise ValueError(f"{what}: 'name' must be a non-empty string other than {OPERATOR.name!r}")
+        if not isinstance(name, str) or not name or name in (OPERATOR.name, SCRAPER.name):
+            raise ValueError(f"{what}: 'name' must be a non-empty string other than {OPERATOR.name!r} and {SCRAPER.name!r}")
         if ("token" in item) == ("token_file" in item):
             raise ValueError(f"{what} ({name}): give exactly one of 'token' and 'token_file'")
-        from ina.control.auth import read_token_file  # auth builds on this module
-
         token = read_token_file(base / item["token_file"]) if "token_file" in item else item["token"]
         if not isinstance(token, str) or len(token) < 16:
             raise ValueError(f"{what} ({name}): a token must be a string of at least 16 characters")

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ina.control.auth import ALLOW_UNAUTHENTICATED, TENANTS, TOKEN, TOKEN_FILE, Access, read_token_file
+from ina.control.auth import ALLOW_UNAUTHENTICATED, SCRAPE_TOKEN_FILE, TENANTS, Access
+from ina.control.credentials import TOKEN, TOKEN_FILE
 from ina.control.http import ControlServer
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
@@ -94,6 +95,7 @@ def add_access_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("control API access (default: open, on loopback only)")
     group.add_argument("--token-file", help=f"file holding the operator's token (default ${TOKEN_FILE}, else ${TOKEN})")
     group.add_argument("--tenants", help=f"operator policy file: tenants, their tokens, caps and quotas; reloaded when it changes (default ${TENANTS})")
+    group.add_argument("--scrape-token-file", help=f"file holding a token that may read GET /metrics and GET /health only (default ${SCRAPE_TOKEN_FILE})")
     group.add_argument("--allow-unauthenticated", action="store_true",
                        help=f"serve an open control API beyond loopback (default ${ALLOW_UNAUTHENTICATED}=1)")
 
@@ -101,14 +103,12 @@ def add_access_options(parser: argparse.ArgumentParser) -> None:
 def access_from_args(args: argparse.Namespace) -> Access:
     """The Access the options describe, the environment filling in what they leave out; ValueError says what is wrong."""
     environ = dict(os.environ)
-    if args.tenants:
-        environ[TENANTS] = args.tenants
+    for value, variable in ((args.token_file, TOKEN_FILE), (args.tenants, TENANTS), (args.scrape_token_file, SCRAPE_TOKEN_FILE)):
+        if value:
+            environ[variable] = value
     if args.allow_unauthenticated:
         environ[ALLOW_UNAUTHENTICATED] = "1"
-    access = Access.from_environment(environ)
-    if args.token_file:
-        access = Access(read_token_file(args.token_file), access.policy, access.allow_unauthenticated)
-    return access
+    return Access.from_environment(environ)
 
 
 def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 from ina.control import Endpoint, JobSpec
-from ina.control.auth import TOKEN, TOKEN_FILE, token_from_environment
+from ina.control.credentials import TOKEN, TOKEN_FILE, token_from_environment
 from ina.control.http import ControlClient, ControlError
 from ina.control.jobs import MAX_DATAGRAM
 from ina.net.node import Address
