@@ -138,6 +138,7 @@ def test_the_control_modules_import_one_way():
 
     assert "ina.control.auth" not in imported("policy") and "ina.control.credentials" in imported("policy")
     assert not {m for m in imported("credentials") if m.startswith("ina")}
+    assert {m for m in imported("tls") if m.startswith("ina")} == {"ina.control.credentials"}
 
 
 @pytest.mark.parametrize("tenants, message", [

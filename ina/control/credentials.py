@@ -1,8 +1,8 @@
 """Where the control plane's secrets come from: files (mode 0600) or the environment, never a command line,
 which other users of the host can read in /proc (docs/protocol.md, section 7, "Authentication").
 
-The ground floor of the control plane's security: `auth` and `policy` read tokens through it; it
-imports neither.
+The ground floor of the control plane's security: `auth` and `policy` read tokens through it, `tls`
+checks its private key with it; it imports none of them.
 """
 
 from __future__ import annotations

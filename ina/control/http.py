@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import ssl
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -19,6 +23,7 @@ from ina.control.jobs import JobSpec
 from ina.control.metrics import CONTENT_TYPE, ServiceCollector, exposition
 from ina.control.watch import Waiting, Watch
 from ina.control.policy import Forbidden, Principal, acting_as, check_owner, grant
+from ina.control.tls import CA_FILE, client_context
 
 logger = logging.getLogger("ina.control")
 MAX_BODY = 64 * 1024
@@ -26,6 +31,8 @@ MAX_BODY = 64 * 1024
 REFUSALS = {400: "control_malformed", 401: "control_unauthorized", 403: "control_forbidden",
             404: "control_not_found", 413: "control_oversized"}  # fmt: skip
 """The counter each refusal is counted under (docs/protocol.md, section 7)."""
+TLS_FAILED = "control_tls_failed"
+"""The counter of connections refused for their TLS: a failed handshake, plain HTTP to an https API, TLS to a plain one."""
 SCRAPES = {("GET", "/metrics"), ("GET", "/health")}
 """What a scrape token may ask."""
 WATCH_PERIOD = 0.1
@@ -38,6 +45,11 @@ class ControlError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ControlTlsError(ControlError):
+    """The client and the server disagree on TLS, or the client does not trust the server's certificate;
+    the message says what to set."""
 
 
 class ControlTarget(Protocol):
@@ -85,11 +97,11 @@ class ControlServer:
         self.access = Access.from_environment() if access is None else access
         self.access.check_bind(host)
         self.target = target
-        self.refused = dict.fromkeys((*REFUSALS.values(), "control_errors"), 0)
+        self.refused = dict.fromkeys((*REFUSALS.values(), TLS_FAILED, "control_errors"), 0)
         self._collector = ServiceCollector(self)
         self._lock = threading.Lock()
         self._changes = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._httpd = _HTTPServer((host, port), _handler_for(self), self)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"{target.role}-control", daemon=True)
         self._thread.start()
@@ -163,6 +175,81 @@ class ControlServer:
             with acting_as(caller):
                 self.target.deregister(job)
         return {"ok": True}
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A control API's HTTP server, over TLS when its `access.tls` says so.
+
+    Each connection's first byte is peeked in the connection's own thread (a TLS ClientHello starts
+    with 0x16), and the handshake runs there too, under the read timeout: a client that stalls,
+    speaks the other protocol or does not trust the certificate holds one thread for a while, never
+    the accept loop. Such a connection is counted (control_tls_failed) and logged at INFO; plain HTTP
+    to an https API is answered 426 with what to set, TLS to a plain API is closed.
+    """
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], control: ControlServer) -> None:
+        self.control = control
+        super().__init__(address, handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        connection = self._connect(request, client_address[0])
+        if connection is None:
+            return
+        try:
+            super().finish_request(connection, client_address)
+        finally:
+            if connection is not request:
+                connection.close()  # the TLS session; shutdown_request closes the plain socket
+
+    def _connect(self, sock: socket.socket, peer: str) -> socket.socket | None:
+        """The connection to serve: `sock` (plain HTTP), its TLS session, or None (refused, or gone before a byte)."""
+        tls = self.control.access.tls
+        sock.settimeout(self.control.read_timeout)
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return None
+        if not first:
+            return None
+        if (first == b"\x16") != (tls is not None):
+            self._refuse(sock, peer, tls is not None)
+            return None
+        if tls is None:
+            return sock
+        secure = tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        try:
+            secure.do_handshake()
+        except OSError as error:  # ssl.SSLError: the client does not trust the certificate, ...; a timeout; a reset
+            secure.close()
+            self._failed(peer, f"TLS handshake failed ({error})")
+            return None
+        return secure
+
+    def _refuse(self, sock: socket.socket, peer: str, https: bool) -> None:
+        """Read what the client sent (closed unread, the connection would be reset before it reads the answer),
+        and answer plain HTTP with 426 and what to set."""
+        try:
+            sock.recv(MAX_BODY)
+            if https:
+                body = json.dumps({"error": f"this control API speaks https only: verify its certificate with {CA_FILE}=<the CA "
+                                            f"file that signed it> ({CA_FILE}=system if it is publicly trusted)"}).encode()  # fmt: skip
+                sock.sendall(b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: TLS/1.2, HTTP/1.1\r\nConnection: close\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        except OSError:
+            pass
+        self._failed(peer, "plain HTTP to this https API" if https else "a TLS handshake with this plain-HTTP API")
+
+    def _failed(self, peer: str, why: str) -> None:
+        self.control.count(TLS_FAILED)
+        logger.info("control connection from %s refused: %s", peer, why)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that broke (reset, timed out, a TLS error mid-request) is logged at INFO, not as a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            logger.info("control connection from %s ended: %s", client_address[0], error)
+        else:
+            logger.exception("control connection from %s failed", client_address[0])
 
 
 def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
@@ -284,9 +371,13 @@ def _job_id(path: str) -> int:
 class ControlClient:
     """Talks to one switch's or PS's control API; errors carry the server's message."""
 
-    def __init__(self, host: str, port: int, timeout: float = 5.0, token: str | None = None) -> None:
-        """`token` is sent as `Authorization: Bearer`; default INA_TOKEN_FILE or INA_TOKEN, if set."""
-        self.base = f"http://{host}:{port}"
+    def __init__(self, host: str, port: int, timeout: float = 5.0, token: str | None = None, ca_file: str | None = None) -> None:
+        """`token` is sent as `Authorization: Bearer`; default INA_TOKEN_FILE or INA_TOKEN, if set. With a CA
+        bundle `ca_file` (default INA_CA_FILE; "system": the default trust store; "": none) the client speaks
+        https and verifies the server's certificate, which must name `host`."""
+        self._tls = client_context(os.environ.get(CA_FILE, "") if ca_file is None else ca_file)
+        self.host = host
+        self.base = f"{'http' if self._tls is None else 'https'}://{host}:{port}"
         self.timeout = timeout
         self._token = token_from_environment() if token is None else token
 
@@ -298,7 +389,7 @@ class ControlClient:
         if self._token:
             request.add_header("Authorization", f"Bearer {self._token}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls) as response:
                 answer = response.read()
                 return answer.decode() if raw else json.loads(answer)
         except urllib.error.HTTPError as error:
@@ -306,9 +397,23 @@ class ControlClient:
                 message = json.loads(error.read() or b"{}").get("error", error.reason)
             except (ValueError, AttributeError):
                 message = error.reason
-            raise ControlError(f"{method} {self.base}{path}: {message} ({error.code})", error.code) from None
+            kind = ControlTlsError if error.code == 426 else ControlError  # plain HTTP to an https API
+            raise kind(f"{method} {self.base}{path}: {message} ({error.code})", error.code) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-            raise ControlError(f"{method} {self.base}{path}: no answer ({error})") from None
+            raise self._unanswered(f"{method} {self.base}{path}", getattr(error, "reason", error)) from None
+
+    def _unanswered(self, request: str, reason: Any) -> ControlError:
+        """Why `request` got no answer, saying what to set when TLS is the cause."""
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            if "mismatch" in str(reason.verify_message):
+                return ControlTlsError(f"{request}: the server's certificate does not name {self.host} ({reason.verify_message}): "
+                                       "connect by a name or address its subjectAltName lists, or have it reissued for this one")  # fmt: skip
+            return ControlTlsError(f"{request}: the server's certificate is not trusted ({reason.verify_message}): set "
+                                   f"{CA_FILE} (or ca_file=) to the CA file that signed it, or to 'system' if it is publicly trusted")  # fmt: skip
+        if self._tls is not None and isinstance(reason, (ssl.SSLError, ConnectionResetError)):
+            return ControlTlsError(f"{request}: the TLS handshake failed ({reason}): if this control API serves plain http, "
+                                   f"unset {CA_FILE} (or pass ca_file='')")  # fmt: skip
+        return ControlError(f"{request}: no answer ({reason})")
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")

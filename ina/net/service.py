@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ina.control.auth import ALLOW_UNAUTHENTICATED, SCRAPE_TOKEN_FILE, TENANTS, Access
 from ina.control.credentials import TOKEN, TOKEN_FILE
 from ina.control.http import ControlServer
+from ina.control.tls import CA_FILE, server_context
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
 
@@ -91,13 +92,16 @@ class Service:
 
 
 def add_access_options(parser: argparse.ArgumentParser) -> None:
-    """The control API's authentication options (docs/protocol.md, section 7): files, never secrets on the command line."""
-    group = parser.add_argument_group("control API access (default: open, on loopback only)")
+    """The control API's authentication and TLS options (docs/protocol.md, section 7): files, never secrets on the command line."""
+    group = parser.add_argument_group("control API access (default: open, plain HTTP, on loopback only)")
     group.add_argument("--token-file", help=f"file holding the operator's token (default ${TOKEN_FILE}, else ${TOKEN})")
     group.add_argument("--tenants", help=f"operator policy file: tenants, their tokens, caps and quotas; reloaded when it changes (default ${TENANTS})")
     group.add_argument("--scrape-token-file", help=f"file holding a token that may read GET /metrics and GET /health only (default ${SCRAPE_TOKEN_FILE})")
     group.add_argument("--allow-unauthenticated", action="store_true",
                        help=f"serve an open control API beyond loopback (default ${ALLOW_UNAUTHENTICATED}=1)")
+    group.add_argument("--tls-cert", metavar="FILE",
+                       help=f"serve the control API over https with this PEM certificate (naming the host or address clients use; they verify it with ${CA_FILE})")
+    group.add_argument("--tls-key", metavar="FILE", help="the certificate's PEM private key (unencrypted, mode 0600)")
 
 
 def access_from_args(args: argparse.Namespace) -> Access:
@@ -108,7 +112,7 @@ def access_from_args(args: argparse.Namespace) -> Access:
             environ[variable] = value
     if args.allow_unauthenticated:
         environ[ALLOW_UNAUTHENTICATED] = "1"
-    return Access.from_environment(environ)
+    return Access.from_environment(environ, server_context(args.tls_cert, args.tls_key))
 
 
 def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:
@@ -121,7 +125,8 @@ def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: server.stop())
     (host, port), (chost, cport) = server.address, server.control_address
-    print(f"ina {name}: data udp://{host}:{port}, control http://{chost}:{cport}, {describe(server)}", flush=True)
+    scheme = "http" if server.control.access.tls is None else "https"
+    print(f"ina {name}: data udp://{host}:{port}, control {scheme}://{chost}:{cport}, {describe(server)}", flush=True)
     try:
         server.serve_forever()
     finally:

@@ -150,15 +150,19 @@ def ina_command(*arguments: str) -> list[str]:
 
 RUN_TOKEN = secrets.token_hex(16)
 """The operator token of this testbed's switch and PS: their control APIs listen on the hosts'
-addresses, beyond loopback, so they require one (docs/protocol.md, section 7); the workers send it."""
+addresses, beyond loopback, so they require one (docs/protocol.md, section 7); the workers send it.
+The APIs speak plain HTTP (the emulated network is private to this machine), so they warn at start
+that the token crosses the network in clear."""
 
 
 def base_environment(lossy: bool) -> dict[str, str]:
-    """What every process of the run gets: this environment, unbuffered output, the run's token and,
-    on lossy links, one datagram per UDP message (the loss rules see a GSO run of datagrams as one packet)."""
+    """What every process of the run gets: this environment, unbuffered output, the run's token (and no
+    CA file: the control APIs speak plain HTTP) and, on lossy links, one datagram per UDP message (the
+    loss rules see a GSO run of datagrams as one packet)."""
     env = dict(os.environ)
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", INA_TOKEN=RUN_TOKEN)
-    env.pop("INA_TOKEN_FILE", None)
+    for variable in ("INA_TOKEN_FILE", "INA_CA_FILE"):
+        env.pop(variable, None)
     if lossy:
         env["INA_UDP_GSO"] = "0"
     return env

@@ -16,8 +16,9 @@ from typing import Any, Callable, TypeVar
 
 from ina.control import Endpoint, JobSpec
 from ina.control.credentials import TOKEN, TOKEN_FILE, token_from_environment
-from ina.control.http import ControlClient, ControlError
+from ina.control.http import ControlClient, ControlError, ControlTlsError
 from ina.control.jobs import MAX_DATAGRAM
+from ina.control.tls import CA_FILE, client_context
 from ina.net.node import Address
 from ina.net.udp import open_socket, parse_address
 from ina.protocol import DEFAULT_PS_CONTROL_PORT, DEFAULT_SWITCH_CONTROL_PORT, HEADER_LEN
@@ -35,8 +36,10 @@ ENVIRONMENT = {
     "words": "INA_WORDS",  # PS-only: words per packet (default: the most the path to the PS carries)
 }
 """Environment variables read when an option is not given; INA_SWITCH_CONTROL and INA_PS_CONTROL
-name the control APIs (default: the data host, ports 47180 and 47181), and INA_TOKEN_FILE (a path)
-or INA_TOKEN the token rank 0 presents to them (docs/protocol.md, section 7)."""
+name the control APIs (default: the data host, ports 47180 and 47181), INA_TOKEN_FILE (a path)
+or INA_TOKEN the token rank 0 presents to them, and INA_CA_FILE the CA bundle (PEM) that makes rank 0
+speak https to them and verify their certificates ("system": the default trust store; unset: plain
+http) (docs/protocol.md, section 7)."""
 _CONTROL_PORTS = {"switch": DEFAULT_SWITCH_CONTROL_PORT, "ps": DEFAULT_PS_CONTROL_PORT}
 _COMMANDS = {"switch": "ina switch", "ps": "ina ps"}
 _IP_MTU = getattr(socket, "IP_MTU", 14)  # Linux: the path MTU of a connected socket
@@ -51,11 +54,12 @@ class Aggregator:
     control: Address
     data: Address | None = None
     token: str | None = field(default=None, repr=False)
+    ca_file: str = ""  # "": plain http
 
     @classmethod
     def configure(cls, role: str, data: str | None = None, control: str | None = None) -> Aggregator:
         """From explicit `host:port` options, else the environment, else the defaults (loopback); the
-        token from INA_TOKEN_FILE or INA_TOKEN."""
+        token from INA_TOKEN_FILE or INA_TOKEN, the CA bundle from INA_CA_FILE."""
         variable = ENVIRONMENT[role]
         data = data or os.environ.get(variable) or None
         control = control or os.environ.get(f"{variable}_CONTROL") or None
@@ -64,14 +68,19 @@ class Aggregator:
             token = token_from_environment()
         except ValueError as error:
             raise TransportError(f"{error}; check {TOKEN_FILE}") from None
+        ca_file = os.environ.get(CA_FILE, "")
+        try:
+            client_context(ca_file)  # a CA file that cannot be read stops the job here, not at the first request
+        except ValueError as error:
+            raise TransportError(str(error)) from None
         if control is None:
             host = "127.0.0.1" if data_address is None else data_address[0]
-            return cls(role, (host, _CONTROL_PORTS[role]), data_address, token)
+            return cls(role, (host, _CONTROL_PORTS[role]), data_address, token, ca_file)
         return cls(role, parse_address(control, f"the {role} control address ({role}_control= or {variable}_CONTROL)"),
-                   data_address, token)  # fmt: skip
+                   data_address, token, ca_file)  # fmt: skip
 
     def client(self) -> ControlClient:
-        return ControlClient(*self.control, token=self.token or "")
+        return ControlClient(*self.control, token=self.token or "", ca_file=self.ca_file)
 
     def describe(self) -> dict[str, Any]:
         """Its health and configuration, with `listen` as the numeric address workers send to.
@@ -83,6 +92,8 @@ class Aggregator:
             health = self.client().health()
             config = self.client().config()
             caller = self.client().whoami()
+        except ControlTlsError as error:
+            raise TransportError(f"the {self.role} control API at {host}:{port}: {error}") from None
         except ControlError as error:
             if error.status in (401, 403):
                 raise TransportError(
