@@ -50,9 +50,9 @@ class Reading:
 class Service:
     """One control API as `ina top` reads it."""
 
-    def __init__(self, role: str, address: str, timeout: float) -> None:
+    def __init__(self, role: str, address: str, timeout: float, ca_file: str | None) -> None:
         self.role, self.address = role, address
-        self.client = ControlClient(*parse_address(address, f"--{role}"), timeout=timeout)
+        self.client = ControlClient(*parse_address(address, f"--{role}"), timeout=timeout, ca_file=ca_file)
         self._pool: int | None = None
 
     def read(self) -> Reading:
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.interval > 0 or args.iterations < 0 or not args.timeout > 0:
             raise ValueError("--interval and --timeout must be positive and --iterations at least 0")
-        services = [Service(role, address, args.timeout) for role, address in (("switch", args.switch), ("ps", args.ps)) if address]
+        services = [Service(role, address, args.timeout, args.ca_file) for role, address in (("switch", args.switch), ("ps", args.ps)) if address]
         if not services:
             raise ValueError("give --switch or --ps (or both)")
     except ValueError as error:
@@ -176,5 +176,7 @@ def register(subcommands: argparse._SubParsersAction) -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default %(default)s)")
     parser.add_argument("--iterations", type=int, default=0,
                         help="read this many times, print the last screen and exit (rates need 2); 0: live until Ctrl-C")
+    parser.add_argument("--ca-file", help="CA bundle that signed the services' certificates, or 'system': speak https "
+                                          "(default $INA_CA_FILE; unset: plain http)")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for a service's answer (default %(default)s)")
     parser.set_defaults(run=run)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,8 +23,11 @@ from ina.control.http import ControlClient
 from ina.launch import LocalAggregators, run_workers
 
 
-def _train(rank: int, workers: int, options: dict, transport: str, steps: int, slow_rank: int | None, delay: float) -> float:
-    """DDP with THC through `transport`; `slow_rank` sleeps `delay` before each backward pass."""
+def _train(rank: int, workers: int, options: dict, transport: str, steps: int, slow_rank: int | None, delay: float,
+           meet: tuple[str, int] | None = None) -> float:  # fmt: skip
+    """DDP with THC through `transport`; `slow_rank` sleeps `delay` before each backward pass. With
+    `meet` (a folder, a number of jobs), every job waits after its first step until that many have
+    taken theirs, so that the jobs overlap however slowly their processes start."""
     x, y = regression_problem()
     model = mlp()
     state = thc_state(transport, options, start_iter=0)
@@ -38,9 +42,19 @@ def _train(rank: int, workers: int, options: dict, transport: str, steps: int, s
             time.sleep(delay)
         loss.backward()
         optimizer.step()
+        if step == 0 and meet is not None:
+            _meet(Path(meet[0]), meet[1], workers, rank)
     dist.barrier()
     state.transport.close()
     return loss_on(model, x, y).item()
+
+
+def _meet(folder: Path, jobs: int, workers: int, rank: int) -> None:
+    if rank == 0:
+        (folder / f"job-of-{workers}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(folder.iterdir())) < jobs and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _in_background(fn, *args, **kwargs) -> tuple[threading.Thread, list]:
@@ -69,13 +83,14 @@ def _check_counters(client: ControlClient, role: str) -> dict[str, float]:
     return scraped
 
 
-def test_metrics_of_a_live_switch_and_ps_equal_their_counters_during_two_jobs(monkeypatch):
+def test_metrics_of_a_live_switch_and_ps_equal_their_counters_during_two_jobs(monkeypatch, tmp_path):
     monkeypatch.setenv("INA_TOKEN", OPERATOR_TOKEN)  # the workers' token, as INA_TOKEN_FILE would give it
     with LocalAggregators(access=Access(OPERATOR_TOKEN), pool=16) as aggregators:
         options = {name: aggregators.options(name) for name in ("switch", "ps")}
         clients = {role: ControlClient(*server.control_address, token=OPERATOR_TOKEN)
                    for role, server in (("switch", aggregators.switch), ("ps", aggregators.ps))}  # fmt: skip
-        runs = [_in_background(run_workers, _train, workers, options, "switch", 60, None, 0.0, timeout=120) for workers in (2, 3)]
+        runs = [_in_background(run_workers, _train, workers, options, "switch", 60, None, 0.0, (str(tmp_path), 2), timeout=120)
+                for workers in (2, 3)]  # fmt: skip
         both_seen = False
         while any(thread.is_alive() for thread, _ in runs):
             scraped = {role: _check_counters(client, role) for role, client in clients.items()}
@@ -104,7 +119,7 @@ def test_metrics_of_a_live_switch_and_ps_equal_their_counters_during_two_jobs(mo
 def test_a_slow_rank_is_named_by_the_api_and_by_ina_top(monkeypatch, capsys):
     with LocalAggregators(pool=16) as aggregators:
         options = {name: aggregators.options(name) for name in ("switch", "ps")}
-        thread, out = _in_background(run_workers, _train, 3, options, "switch", 40, 2, 0.15, timeout=120)
+        thread, out = _in_background(run_workers, _train, 3, options, "switch", 80, 2, 0.15, timeout=180)
         # Ranks 0 and 1 wait for rank 2 at the switch, or at the PS once their resends flushed the slot there.
         clients = [ControlClient(*server.control_address) for server in (aggregators.switch, aggregators.ps)]
         named = None

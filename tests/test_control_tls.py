@@ -22,7 +22,10 @@ import pytest
 from control_support import OPERATOR_TOKEN, raw, spec
 
 from ina.control.auth import Access
-from ina.control.http import ControlClient, ControlTlsError
+from prometheus_client.parser import text_string_to_metric_families
+
+from ina.cli import main
+from ina.control.http import ControlClient, ControlError, ControlTlsError
 from ina.control.tls import server_context
 from ina.ps import cli as ps_cli
 from ina.switch import SwitchConfig
@@ -244,3 +247,24 @@ def test_the_cli_serves_https_and_says_so(pki):
     finally:
         process.kill()
     assert process.returncode == 0 and "stopped; counters" in out and "Traceback" not in err, err
+
+
+def test_metrics_are_scraped_over_https_with_a_scrape_token_and_ina_top_reads_the_same_api(pki, tmp_path, capsys):
+    scrape_token = _private(tmp_path / "scrape.token", b"scrape-token-0123456789")
+    server = build(switch_cli, [*pki.options(), "--scrape-token-file", scrape_token])
+    try:
+        operator = ControlClient(*server.control_address, token=OPERATOR_TOKEN, ca_file=pki.ca)
+        operator.register(spec(3))
+        scraper = ControlClient(*server.control_address, token="scrape-token-0123456789", ca_file=pki.ca)
+        families = {family.name: family for family in text_string_to_metric_families(scraper.metrics())}
+        assert families["ina_switch_jobs"].samples[0].value == 1
+        assert [s.labels["job"] for s in families["ina_switch_job_info"].samples] == ["3"]
+        with pytest.raises(ControlError, match="403"):  # a scrape token reads /metrics and /health, nothing else
+            scraper.jobs()
+        with pytest.raises(ControlTlsError, match="not trusted"):
+            ControlClient(*server.control_address, token="scrape-token-0123456789", ca_file=pki.other_ca).metrics()
+        address = "%s:%d" % server.control_address
+        assert main(["top", "--switch", address, "--ps", "", "--ca-file", pki.ca, "--iterations", "1"]) == 0
+        assert "switch " + address + ": refused" in capsys.readouterr().out  # no token in this environment
+    finally:
+        server.close()

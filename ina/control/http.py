@@ -302,7 +302,7 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
                     self.close_connection = True
                     raise _Refused(401, "this control API needs 'Authorization: Bearer <token>' with a token it knows "
                                         "(workers read theirs from INA_TOKEN_FILE or INA_TOKEN)")  # fmt: skip
-                if getattr(caller, "scrape_only", False) and (method, path) not in SCRAPES:
+                if caller.scrape_only and (method, path) not in SCRAPES:
                     raise Forbidden("a scrape token may only GET /metrics and /health")
                 if method == "GET" and path == "/health":
                     self._reply(200, {"role": target.role, "ok": True})
