@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
                     time.sleep(args.interval)
             console.print(screen)
             return 0
-        with Live(frame(), console=console, screen=True, auto_refresh=False) as live:
+        with Live(frame(), console=console, screen=console.is_terminal, auto_refresh=False) as live:
             while True:
                 time.sleep(args.interval)
                 live.update(frame(), refresh=True)

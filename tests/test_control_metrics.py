@@ -4,6 +4,9 @@ named by the API and by `ina top`."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -159,3 +162,16 @@ def test_a_job_that_is_not_registered_is_not_found(path):
     with LocalAggregators() as aggregators:
         status, body = raw(aggregators.switch.control_address, "GET", path)
     assert status == (404 if path == "/jobs/1" else 400), body
+
+
+def test_ina_top_runs_live_until_ctrl_c_and_exits_cleanly():
+    with LocalAggregators() as aggregators:
+        switch_address, ps_address = ("%s:%d" % server.control_address for server in (aggregators.switch, aggregators.ps))
+        top = subprocess.Popen([sys.executable, "-m", "ina.cli", "top", "--switch", switch_address, "--ps", ps_address, "--interval", "0.2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(3)  # started, and refreshed a few times
+        assert top.poll() is None
+        top.send_signal(signal.SIGINT)
+        out, err = top.communicate(timeout=10)
+    assert top.returncode == 0 and "Traceback" not in err, err
+    assert "pool: 0 of 64 slots held" in out, out
