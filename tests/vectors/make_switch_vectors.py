@@ -55,7 +55,7 @@ class Recorder:
         core = self.rig.core
         slots = [{"slot": s} | core.slots.describe(s) for s in range(core.settings.pool) if core.slots.key[s] or core.slots.redirect[s]]
         return {"name": self.name, "description": self.description, "switch": SWITCH, "config": core.config(),
-                "jobs": core.jobs(), "steps": self.steps, "counters": core.counters(), "slots": slots}  # fmt: skip
+                "jobs": [entry.to_json() for entry in core.table.entries.values()], "steps": self.steps, "counters": core.counters(), "slots": slots}  # fmt: skip
 
 
 def claim_and_complete(r: Recorder) -> None:
