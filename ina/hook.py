@@ -14,6 +14,7 @@ import torch.distributed as dist
 from ina.compression import THCCodec, THCConfig, move_to_huge_pages
 from ina.transport import create_transport
 from ina.transport.base import Transport
+from ina.transport.hierarchy import arrange, checked_hierarchy
 
 __all__ = ["THCState", "thc_hook"]
 
@@ -50,6 +51,13 @@ class THCState:
             or the PS alone (:class:`ina.transport.udp.SwitchTransport` and ``PSTransport``,
             configured by the environment: INA_SWITCH, INA_PS, ...). Building the state attaches
             the transport, which for these registers the job: every worker builds its state at once.
+        hierarchy: ``"node"``: the ranks of each node sum first over a node-local process group, and
+            one leader per node reduces the node's sum through the transport (one worker per node at
+            the switch and the PS, so up to 32 nodes of any number of ranks), bit-identical to
+            ``"flat"``, where every rank is a worker. ``"auto"``: ``"node"`` when torchrun's
+            LOCAL_WORLD_SIZE says a node runs several ranks and the job spans several nodes.
+            Ranks are grouped by INA_NODE, else torchrun's GROUP_RANK, else the host name
+            (:class:`ina.transport.hierarchy.HierarchicalTransport`; docs/transport.md, "Two levels").
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
@@ -75,6 +83,7 @@ class THCState:
         "error_feedback",
         "start_iter",
         "min_compression_elements",
+        "hierarchy",
         # Progress and memory, pickled with the state.
         "iteration",
         "error_dict",
@@ -97,6 +106,7 @@ class THCState:
         start_iter: int = 10,
         min_compression_elements: int = 1024,
         transport: Union[str, Transport] = "collective",
+        hierarchy: str = "auto",
     ) -> None:
         self.config = THCConfig(
             bits=bits, granularity=granularity, clip=clip, block_size=block_size, grid=grid
@@ -112,6 +122,7 @@ class THCState:
                 "after iteration 0, and the error memory is kept per bucket index"
             )
         self.min_compression_elements = _require_int("min_compression_elements", min_compression_elements, 0)
+        self.hierarchy = checked_hierarchy(hierarchy)
         self.iteration = 0
         self.error_dict: dict[int, torch.Tensor] = {}
         self.plain_bytes = 0
@@ -128,6 +139,7 @@ class THCState:
         self.bucket_memory: set[int] = set()
         if isinstance(transport, str):
             transport = create_transport(transport, process_group)
+        transport = arrange(transport, group.size(), self.hierarchy)
         transport.attach(self.codec, group)
         self.transport = transport
 
@@ -140,6 +152,7 @@ class THCState:
         return {slot: getattr(self, slot) for slot in self.__slots__ if slot not in self._UNPICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {"hierarchy": "auto"} | state  # a state pickled before the option existed
         for slot, value in state.items():
             setattr(self, slot, value)
         logger.warning(

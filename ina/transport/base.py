@@ -9,7 +9,7 @@ the PS do: a non-finite norm travels as the canonical NaN, which is above every 
 the max is NaN exactly when some worker's bucket is non-finite (docs/protocol.md, section 2).
 """
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 import torch
 import torch.distributed as dist
@@ -46,17 +46,24 @@ class Transport(ABC):
 
     ``takes_values``: whether :meth:`table_sum` is handed the indices' table values rather than
     the indices (the codec then looks them up while it encodes, saving a pass over the bucket).
+
+    ``max_workers``: the most workers one job may have on this transport (None: no limit), checked
+    by every rank before anything is set up, so that a job too large for it is refused at once.
     """
 
     takes_values: ClassVar[bool] = False
+    max_workers: ClassVar[Optional[int]] = None
 
     def __init__(self) -> None:
         self.bytes_sent = 0
 
-    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup) -> None:
+    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup, ranks: Optional[int] = None) -> None:
         """Called once by THCState, on every worker at once, when the codec and the workers are known.
 
         A transport that must set up a job with its aggregators (lane width, THC table) does it here.
+        ``ranks``: set when each worker stands for several ranks (the leaders of a two-level job,
+        ``ina.transport.hierarchy``): the job's total rank count, which sizes the sums, and every
+        worker then hands :meth:`table_sum` sums of table values, never indices. None: one rank a worker.
         """
 
     @abstractmethod

@@ -26,6 +26,12 @@ class CollectiveTransport(Transport):
         super().__init__()
         self.process_group = process_group
 
+    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup, ranks: Optional[int] = None) -> None:
+        """Reduce on the group it is attached to: the leaders' group, when it serves a two-level job.
+
+        Its sums' width follows from the ``workers`` each table_sum names, so ``ranks`` needs no state."""
+        self.process_group = process_group
+
     def norm_max(self, norm: torch.Tensor, *, bucket: int) -> torch.futures.Future[torch.Tensor]:
         """An int32 MAX of the norms' words (base.norm_word): gloo's float MAX drops a NaN from all but one rank."""
         word = norm_word(norm)

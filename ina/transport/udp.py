@@ -31,10 +31,11 @@ import torch.distributed as dist
 from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.control import Endpoint, JobSpec
 from ina.net.udp import SOCKET_BUFFER_BYTES
-from ina.protocol import result_words
+from ina.protocol import MAX_WORKERS, result_words
 from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
+from ina.transport.errors import too_many_workers
 from ina.transport.payload import pack_words, unpack_words
 from ina.transport.priority import PriorityPolicy
 from ina.transport.udp_engine import ServedEngine, serve_engine
@@ -59,7 +60,11 @@ _INITIAL_RTO = 0.05
 
 
 class _UdpTransport(Transport):
-    """What both transports share: bootstrap, the engine on its thread, the MAX of the norms.
+    """What both transports share: bootstrap, the engine on its thread, the MAX of the norms, the SUM's payload.
+
+    A SUM sends the table values in lanes, except in PS-only mode, where it sends the b-bit indices
+    for the PS to look up; the leaders of a two-level job (attached with ``ranks``) hand node sums,
+    which are no indices, so they send lanes to the PS too (docs/protocol.md, section 3).
 
     Options (seconds for times):
         bind: the worker's numeric IPv4 address (``host`` or ``host:port``; default INA_BIND,
@@ -109,7 +114,9 @@ class _UdpTransport(Transport):
                         "initial_rto": min(max(_INITIAL_RTO, min_rto), max_rto)}  # fmt: skip
         self._config: Optional[THCConfig] = None
         self._workers = 0
+        self._ranks = 0  # the ranks whose values the sums hold: the workers, or a two-level job's total
         self._lane_bits = 0
+        self._index_bits = 0  # what a SUM's DATA carries: 0 for lanes, b for indices to the PS
         self._words = 0
         self.job: Optional[int] = None
         self._closer: Optional[weakref.finalize] = None
@@ -121,14 +128,19 @@ class _UdpTransport(Transport):
 
     # --- bootstrap --------------------------------------------------------------------
 
-    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup) -> None:
+    max_workers = MAX_WORKERS  # a chunk's bitmap holds one bit a worker (docs/protocol.md, section 1)
+
+    def attach(self, codec: THCCodec, process_group: dist.ProcessGroup, ranks: Optional[int] = None) -> None:
         """Bind the socket, exchange addresses, register the job (rank 0) and start the engine."""
         if self._engine is not None:
             raise ValueError("this transport serves a THCState already; build one transport per THCState")
         group, config = process_group, codec.config
         rank, workers = group.rank(), group.size()
-        self._config, self._workers = config, workers
-        self._lane_bits = sum_lane_bits(workers, config.granularity)
+        if workers > self.max_workers:
+            raise too_many_workers(workers, self.max_workers, nodes=ranks is not None)
+        self._config, self._workers, self._ranks = config, workers, ranks or workers
+        self._lane_bits = sum_lane_bits(self._ranks, config.granularity)
+        self._index_bits = config.bits if self._switch is None and ranks is None else 0
         deployment: Deployment = agree(group, lambda: self._deployment(locate(self._ps, self._switch)))
         sock = bind_socket(self._bind, deployment.destination)
         try:
@@ -159,11 +171,10 @@ class _UdpTransport(Transport):
         """The job as rank 0 registers it (the PS-only form: the switch gets it without index_bits and table)."""
         window = self._window or self._default_window(deployment)
         job = self._job if self._job is not None else derived_job(workers)
-        ps_only = self._switch is None
         return JobSpec(
             job=job, workers=tuple(Endpoint(*w) for w in workers), window=window, lane_bits=self._lane_bits,
-            priority_cap=self._priority_cap, index_bits=self._config.bits if ps_only else 0,
-            table=self._config.table if ps_only else (), words=deployment.words if ps_only else 0,
+            priority_cap=self._priority_cap, index_bits=self._index_bits,
+            table=self._config.table if self._index_bits else (), words=deployment.words if self._switch is None else 0,
         )  # fmt: skip
 
     def _deployment(self, deployment: Deployment) -> Deployment:
@@ -199,12 +210,13 @@ class _UdpTransport(Transport):
         self, encoded: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
     ) -> torch.futures.Future[torch.Tensor]:
         engine = self._running()
-        if workers != self._workers or codec.config != self._config:
+        if workers != self._ranks or codec.config != self._config:
             raise ValueError(
-                f"this transport was attached for {self._workers} workers and {self._config}, "
+                f"this transport was attached for {self._ranks} workers and {self._config}, "
                 f"not {workers} workers and {codec.config}"
             )
-        words, index_bits = self._payload(_on_host(encoded), codec)
+        index_bits = self._index_bits
+        words = pack_words(_on_host(encoded), index_bits or self._lane_bits)
         count, device = encoded.numel(), encoded.device
 
         def sums(result: np.ndarray) -> torch.Tensor:
@@ -215,11 +227,6 @@ class _UdpTransport(Transport):
         future = engine.submit(words, op="sum", lane_bits=self._lane_bits, index_bits=index_bits,
                                out=None if index_bits else words)  # fmt: skip
         return _torch_future(future, sums, device)
-
-    @abstractmethod
-    def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
-        """The SUM reduction's uint32 words (ina.transport.payload) and its index_bits (0: lanes), from
-        what table_sum was handed: indices, or their table values where the transport takes those."""
 
     def _unpack(self, words: np.ndarray, index_bits: int, count: int) -> torch.Tensor:
         """The first `count` lane sums, as the collective would return them (uint8 for 8-bit lanes, else int32)."""
@@ -282,12 +289,12 @@ class SwitchTransport(_UdpTransport):
 
     takes_values = True  # the switch adds table values: the encoder looks them up in its own pass
 
-    def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
-        return pack_words(encoded, self._lane_bits), 0
-
 
 class PSTransport(_UdpTransport):
     """THC table indices (b bits each) to the PS, which looks them up and adds them: no switch.
+
+    The leaders of a two-level job (``ina.transport.hierarchy``) send their nodes' sums of table
+    values instead, in lanes as to a switch, and register the job without a table.
 
     ``ps`` is the PS's UDP data address and ``ps_control`` its control API, as for
     :class:`SwitchTransport`. ``words`` (default INA_WORDS) is K, the words per packet; by default
@@ -303,18 +310,17 @@ class PSTransport(_UdpTransport):
 
     def _deployment(self, deployment: Deployment) -> Deployment:
         """This job's own K: not bound by a switch's, the most the path to the PS allows."""
-        return replace(deployment, words=ps_only_words(deployment, self._config.bits, self._lane_bits, self._requested_words))
+        return replace(deployment, words=ps_only_words(deployment, self._index_bits, self._lane_bits, self._requested_words))
 
     def _default_window(self, deployment: Deployment) -> int:
         """At most 64 chunks, and together the workers' DATA in flight fits the PS's receive buffer."""
         per_worker = SOCKET_BUFFER_BYTES // self._workers
         return _power_of_two_at_most(max(1, min(64, per_worker // (4 * deployment.words))))
 
-    def _payload(self, encoded: torch.Tensor, codec: THCCodec) -> tuple[np.ndarray, int]:
-        return pack_words(encoded, codec.config.bits), codec.config.bits
-
     def _unpack(self, words: np.ndarray, index_bits: int, count: int) -> torch.Tensor:
         """Each chunk's RESULT holds the lanes of its K * floor(32/b) indices, padded to whole words."""
+        if not index_bits:
+            return super()._unpack(words, index_bits, count)
         per_chunk = self._words * fields_per_word(index_bits)
         lanes_per_result = result_words(self._words, index_bits, self._lane_bits) * fields_per_word(self._lane_bits)
         chunks = words.size // result_words(self._words, index_bits, self._lane_bits)
