@@ -14,7 +14,7 @@ import time
 import traceback
 from datetime import timedelta
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
 if TYPE_CHECKING:
     from ina.ps.server import PSServer
@@ -30,18 +30,26 @@ class WorkerError(RuntimeError):
 
 
 def run_workers(
-    fn: Callable[..., T], workers: int, *args: Any, timeout: float = 120.0, backend: str = "gloo"
+    fn: Callable[..., T],
+    workers: int,
+    *args: Any,
+    timeout: float = 120.0,
+    backend: str = "gloo",
+    host: str = _HOST,
+    setup: Optional[Callable[[int], None]] = None,
 ) -> list[T]:
     """Return ``[fn(rank, workers, *args) for each rank]``, each run in its own process.
 
     ``fn`` runs after ``init_process_group(backend)`` with one intra-op thread (the workers
     share the machine's cores); it and its arguments and result must pickle. ``timeout`` bounds
-    the whole run and each collective.
+    the whole run and each collective. ``host`` is the address the rendezvous store listens on
+    and the workers reach it at; ``setup(rank)``, when given (it must pickle too), runs in each
+    worker before it joins the process group: to enter an emulated node's network namespace, say.
     """
     import torch.distributed as dist
 
     limit = timedelta(seconds=timeout)
-    store = dist.TCPStore(_HOST, 0, None, True, timeout=limit, wait_for_workers=False)
+    store = dist.TCPStore(host, 0, None, True, timeout=limit, wait_for_workers=False)
     # forkserver: children start from a clean, torch-preloaded process, which is fast and,
     # unlike fork, safe when the parent has already started threads. DDP's constructor imports
     # torch._dynamo (seconds per process); preloading it pays that once.
@@ -53,7 +61,7 @@ def run_workers(
             receiver, sender = context.Pipe(duplex=False)
             process = context.Process(
                 target=_worker_main,
-                args=(fn, rank, workers, store.port, timeout, backend, sender, args),
+                args=(fn, rank, workers, (host, store.port), timeout, backend, setup, sender, args),
                 name=f"ina-worker-{rank}",
                 daemon=True,
             )
@@ -105,9 +113,10 @@ def _worker_main(
     fn: Callable[..., Any],
     rank: int,
     workers: int,
-    port: int,
+    store_address: tuple[str, int],
     timeout: float,
     backend: str,
+    setup: Optional[Callable[[int], None]],
     pipe: Connection,
     args: tuple,
 ) -> None:
@@ -116,8 +125,10 @@ def _worker_main(
 
     try:
         torch.set_num_threads(1)
+        if setup is not None:
+            setup(rank)
         limit = timedelta(seconds=timeout)
-        store = dist.TCPStore(_HOST, port, workers, False, timeout=limit)
+        store = dist.TCPStore(*store_address, workers, False, timeout=limit)
         dist.init_process_group(backend, store=store, rank=rank, world_size=workers, timeout=limit)
         result = fn(rank, workers, *args)
         dist.barrier()
@@ -135,25 +146,26 @@ def _report(pipe: Connection, status: str, payload: Any) -> None:
 
 
 class LocalAggregators:
-    """A software switch and a PS on loopback, on ports the OS picks, served by threads of this
+    """A software switch and a PS on loopback (or ``host``), on ports the OS picks, served by threads of this
     process until :meth:`close`: what the ``switch`` and ``ps`` transports of local workers use.
 
     ``options(name)`` are the transport's address options (``SwitchTransport(**options)``), and
     ``environment(name)`` the same as the INA_* variables a torchrun worker reads. ``access``
     (an ``ina.control.auth.Access``) guards both control APIs; the default reads INA_TOKEN_FILE,
-    INA_TOKEN and INA_TENANTS, as ``ina switch`` and ``ina ps`` do.
+    INA_TOKEN and INA_TENANTS, as ``ina switch`` and ``ina ps`` do. ``host`` is the numeric address
+    both listen on (loopback by default).
     """
 
-    def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa") -> None:
+    def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa", host: str = _HOST) -> None:
         from ina.ps.native import ps_core
         from ina.ps.server import PSServer
         from ina.switch import SwitchConfig
         from ina.switch.server import SwitchServer
 
-        loopback = (_HOST, 0)
-        self.ps: PSServer = PSServer(ps_core(words), loopback, loopback, access=access).start()
+        local = (host, 0)
+        self.ps: PSServer = PSServer(ps_core(words), local, local, access=access).start()
         try:
-            self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words, policy=policy), loopback, loopback,
+            self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words, policy=policy), local, local,
                                                      access=access).start()  # fmt: skip
         except BaseException:
             self.ps.close()

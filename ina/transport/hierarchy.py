@@ -195,9 +195,10 @@ class HierarchicalTransport(Transport):
 
         self._layout = layout
         rank = group.rank()
-        node, leaders = self._groups(group, layout, rank)
+        self._node, self._results, leaders = _node_groups(group, layout, rank)
+        self._leader = dist.get_global_rank(group, layout.node_of(rank)[0])
         self._leads, self._size = rank in layout.leaders, len(layout.node_of(rank))
-        agree(node, lambda: self.inner.attach(codec, leaders, ranks=group.size()))  # the leader's, or its error
+        agree(self._node, lambda: self.inner.attach(codec, leaders, ranks=group.size()))  # the leader's, or its error
         if self._leads and self._size > 1:
             self._deliveries = queue.Queue()
             self._thread = threading.Thread(target=self._deliver, args=(self._deliveries,), daemon=True,
@@ -205,18 +206,6 @@ class HierarchicalTransport(Transport):
             self._thread.start()
         logger.info("rank %d: node %s of %d nodes, %s", rank, layout.node_of(rank), len(layout.nodes),
                     "its leader" if self._leads else f"led by rank {self._leader}")  # fmt: skip
-
-    def _groups(self, group: dist.ProcessGroup, layout: Layout, rank: int) -> tuple[dist.ProcessGroup, Any]:
-        """Two groups per node and the leaders' group, made by every rank in the same order; this rank's."""
-        own = layout.node_of(rank)
-        global_rank = [dist.get_global_rank(group, r) for r in range(group.size())]
-        for node in layout.nodes:
-            members = [global_rank[r] for r in node]
-            made = dist.new_group(members), dist.new_group(members)
-            if node == own:
-                self._node, self._results = made
-        self._leader = global_rank[own[0]]
-        return self._node, dist.new_group([global_rank[r] for r in layout.leaders])
 
     # --- reductions -------------------------------------------------------------------
 
@@ -297,6 +286,18 @@ class HierarchicalTransport(Transport):
             self._thread = None
         if self._leads:
             self.inner.close()
+
+
+def _node_groups(group: dist.ProcessGroup, layout: Layout, rank: int) -> tuple[Any, Any, Any]:
+    """This rank's two node groups and the leaders' group; every rank makes every group, in one order."""
+    global_rank = [dist.get_global_rank(group, r) for r in range(group.size())]
+    own: tuple[Any, Any] = (None, None)
+    for node in layout.nodes:
+        members = [global_rank[r] for r in node]
+        made = dist.new_group(members), dist.new_group(members)
+        if rank in node:
+            own = made
+    return (*own, dist.new_group([global_rank[r] for r in layout.leaders]))
 
 
 def _completed(value: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
