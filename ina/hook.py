@@ -58,6 +58,7 @@ class THCState:
             LOCAL_WORLD_SIZE says a node runs several ranks and the job spans several nodes.
             Ranks are grouped by INA_NODE, else torchrun's GROUP_RANK, else the host name
             (:class:`ina.transport.hierarchy.HierarchicalTransport`; docs/transport.md, "Two levels").
+            ``transport.bytes_sent`` then counts what leaves a node: its leader's bytes, 0 elsewhere.
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
