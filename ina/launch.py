@@ -153,20 +153,24 @@ class LocalAggregators:
     ``environment(name)`` the same as the INA_* variables a torchrun worker reads. ``access``
     (an ``ina.control.auth.Access``) guards both control APIs; the default reads INA_TOKEN_FILE,
     INA_TOKEN and INA_TENANTS, as ``ina switch`` and ``ina ps`` do. ``host`` is the numeric address
-    both listen on (loopback by default).
+    both listen on (loopback by default); ``lease`` the seconds their registrations live unrenewed
+    (default: the services' default).
     """
 
-    def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa", host: str = _HOST) -> None:
+    def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa", host: str = _HOST,
+                 lease: float | None = None) -> None:  # fmt: skip
+        from ina.control.registry import DEFAULT_LEASE, Registry
         from ina.ps.native import ps_core
         from ina.ps.server import PSServer
         from ina.switch import SwitchConfig
         from ina.switch.server import SwitchServer
 
         local = (host, 0)
-        self.ps: PSServer = PSServer(ps_core(words), local, local, access=access).start()
+        registry = Registry(DEFAULT_LEASE if lease is None else lease)
+        self.ps: PSServer = PSServer(ps_core(words), local, local, access=access, registry=registry).start()
         try:
             self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words, policy=policy), local, local,
-                                                     access=access).start()  # fmt: skip
+                                                     access=access, registry=registry).start()  # fmt: skip
         except BaseException:
             self.ps.close()
             raise

@@ -68,7 +68,7 @@ def test_ps_only_job_over_udp_with_the_control_api(server, sockets):
     names = [{"host": "localhost" if rank == 0 else "127.0.0.1", "port": w.getsockname()[1]} for rank, w in enumerate(workers)]
     reply = client.register(JobSpec.from_json({"job": 3, "workers": names, "window": 2, "lane_bits": 8,
                                                "index_bits": 4, "table": list(THC_TABLE)}))
-    assert reply == {"job": 3, "ring": 64}
+    assert reply == {"job": 3, "ring": 64, "lease": 60.0}  # the default lease (docs/protocol.md, section 7)
     with pytest.raises(ControlError, match="already registered"):
         client.register(JobSpec.from_json({"job": 3, "workers": names, "window": 2}))
     rng = np.random.default_rng(1)

@@ -12,6 +12,7 @@ import socket
 import ssl
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +23,8 @@ from ina.control.credentials import token_from_environment
 from ina.control.jobs import JobSpec
 from ina.control.metrics import CONTENT_TYPE, ServiceCollector, exposition
 from ina.control.watch import Waiting, Watch
-from ina.control.policy import Forbidden, Principal, acting_as, check_owner, grant
+from ina.control.policy import Forbidden, Principal
+from ina.control.registry import Registrar, Registry
 from ina.control.tls import CA_FILE, client_context
 
 logger = logging.getLogger("ina.control")
@@ -34,6 +36,8 @@ REFUSALS = {400: "control_malformed", 401: "control_unauthorized", 403: "control
 TLS_FAILED = "control_tls_failed"
 """The counter of connections refused for their TLS: a failed handshake, plain HTTP to an https API, TLS to a plain one."""
 SCRAPES = {("GET", "/metrics"), ("GET", "/health")}
+LEASE = "/lease"
+"""`POST /jobs/<job>/lease` renews the job's lease."""
 """What a scrape token may ask."""
 WATCH_PERIOD = 0.1
 """Seconds between the watch's samples of a target's held chunks, unless the target sets `watch_period`."""
@@ -93,20 +97,23 @@ class ControlServer:
     read_timeout = 10.0
     """Seconds a request may take to arrive."""
 
-    def __init__(self, target: ControlTarget, host: str = "127.0.0.1", port: int = 0, access: Access | None = None) -> None:
+    def __init__(self, target: ControlTarget, host: str = "127.0.0.1", port: int = 0, access: Access | None = None,
+                 registry: Registry = Registry()) -> None:  # fmt: skip
         self.access = Access.from_environment() if access is None else access
         self.access.check_bind(host)
         self.target = target
+        self.registrar = Registrar(target, registry)
+        self.registrar.restore(time.monotonic())
         self.refused = dict.fromkeys((*REFUSALS.values(), TLS_FAILED, "control_errors"), 0)
         self._collector = ServiceCollector(self)
         self._lock = threading.Lock()
-        self._changes = threading.Lock()
         self._httpd = _HTTPServer((host, port), _handler_for(self), self)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name=f"{target.role}-control", daemon=True)
         self._thread.start()
         watched = getattr(target, "waiting", None)
         self._watch = None if watched is None else Watch(watched, self._fanins, getattr(target, "watch_period", WATCH_PERIOD))
+        self.registrar.start()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -114,6 +121,7 @@ class ControlServer:
         return str(host), int(port)
 
     def close(self) -> None:
+        self.registrar.close()
         if self._watch is not None:
             self._watch.close()
         self._httpd.shutdown()
@@ -126,7 +134,7 @@ class ControlServer:
 
     def counters(self) -> dict[str, int]:
         with self._lock:
-            return self.target.counters() | self.refused
+            return self.target.counters() | self.refused | {"leases_expired": self.registrar.expired}
 
     def _fanins(self) -> dict[int, int]:
         return {int(job["job"]): len(job["workers"]) for job in self.target.jobs()}
@@ -162,19 +170,17 @@ class ControlServer:
         return caller.describe() | {"slots_used": used}
 
     def register(self, caller: Principal, body: Any) -> dict[str, Any]:
-        spec = grant(JobSpec.from_json(body), caller)
-        with self._changes, acting_as(caller):
-            answer = self.target.register(spec)
-        return answer if caller.tenant is None else answer | {"priority_cap": spec.priority_cap}
+        return self.registrar.register(caller, JobSpec.from_json(body), time.monotonic())
 
     def deregister(self, caller: Principal, job: int) -> dict[str, Any]:
-        with self._changes:
-            entry = next((j for j in self.target.jobs() if j.get("job") == job), None)
-            if entry is not None:  # checked before the target changes anything (a P4 switch writes tables first)
-                check_owner(caller, job, entry.get("owner"))
-            with acting_as(caller):
-                self.target.deregister(job)
+        self.registrar.deregister(caller, job)
         return {"ok": True}
+
+    def renew(self, caller: Principal, job: int) -> dict[str, Any]:
+        renewed = self.registrar.renew(caller, job, time.monotonic())
+        if renewed is None:
+            raise _Refused(404, f"job {job} is not registered here (its lease expired, or this service restarted without --state): register it again")
+        return renewed
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -320,6 +326,8 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
                     self._reply(200, server.counters())
                 elif method == "POST" and path == "/jobs":
                     self._reply(200, server.register(caller, self._body()))
+                elif method == "POST" and path.startswith("/jobs/") and path.endswith(LEASE):
+                    self._reply(200, server.renew(caller, _job_id(path.removesuffix(LEASE))))
                 elif method == "DELETE" and path.startswith("/jobs/"):
                     self._reply(200, server.deregister(caller, _job_id(path)))
                 else:
@@ -438,6 +446,9 @@ class ControlClient:
 
     def job(self, job: int) -> dict[str, Any]:
         return self._request("GET", f"/jobs/{job}")
+
+    def renew(self, job: int) -> dict[str, Any]:
+        return self._request("POST", f"/jobs/{job}{LEASE}")
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics", raw=True)

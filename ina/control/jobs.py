@@ -42,6 +42,10 @@ class Endpoint:
         return cls(str(host), port)
 
 
+FIELDS = frozenset({"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table", "words"})
+"""The fields of a registration body."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One job: who its workers are (by rank) and how it may use the aggregators."""
@@ -105,10 +109,9 @@ class JobSpec:
         """Build from a registration body (docs/protocol.md, section 7); ValueError says what is wrong."""
         if not isinstance(body, dict):
             raise ValueError("a job registration is a JSON object")
-        known = {"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table", "words"}
-        unknown = set(body) - known
+        unknown = set(body) - FIELDS
         if unknown:
-            raise ValueError(f"unknown job fields {sorted(unknown)}; known: {sorted(known)}")
+            raise ValueError(f"unknown job fields {sorted(unknown)}; known: {sorted(FIELDS)}")
         for required in ("job", "workers", "window"):
             if required not in body:
                 raise ValueError(f"job registration lacks '{required}'")

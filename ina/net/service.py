@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ina.control.auth import ALLOW_UNAUTHENTICATED, SCRAPE_TOKEN_FILE, TENANTS, Access
 from ina.control.credentials import TOKEN, TOKEN_FILE
 from ina.control.http import ControlServer
+from ina.control.registry import DEFAULT_LEASE, JobStore, Leases, Registry
 from ina.control.tls import CA_FILE, server_context
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
@@ -42,13 +43,13 @@ class Service:
     role = "service"
 
     def __init__(self, node: Node, listen: Address, control: Address, batch: int, access: Access | None = None,
-                 bind: Callable[[Address], Any] | None = None) -> None:  # fmt: skip
+                 bind: Callable[[Address], Any] | None = None, registry: Registry = Registry()) -> None:  # fmt: skip
         if batch < 1:
             raise ValueError(f"--batch must be at least 1, got {batch}")
         open_runner = bind or (lambda address: UdpRunner.bind(node, address, batch=batch))
         self.runner = bind_or_explain(lambda: open_runner(listen), listen, "--listen")
         try:
-            self.control = bind_or_explain(lambda: ControlServer(self, *control, access=access), control, "--control")
+            self.control = bind_or_explain(lambda: ControlServer(self, *control, access=access, registry=registry), control, "--control")
         except ValueError:
             self.runner.close()
             raise
@@ -102,6 +103,18 @@ def add_access_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tls-cert", metavar="FILE",
                        help=f"serve the control API over https with this PEM certificate (naming the host or address clients use; they verify it with ${CA_FILE})")
     group.add_argument("--tls-key", metavar="FILE", help="the certificate's PEM private key (unencrypted, mode 0600)")
+
+
+def add_registry_options(parser: argparse.ArgumentParser) -> None:
+    """How long registrations live, and where the job table is kept (docs/protocol.md, section 7, "Leases and restarts")."""
+    group = parser.add_argument_group("registrations")
+    group.add_argument("--lease", type=float, default=DEFAULT_LEASE,
+                       help="seconds a job stays registered without its rank 0 renewing it; 0: for ever (default %(default)s)")
+    group.add_argument("--state", metavar="FILE", help="keep the job table in FILE and serve its jobs again after a restart (default: memory only)")
+
+
+def registry_from_args(args: argparse.Namespace) -> Registry:
+    return Registry(Leases(args.lease).lease, JobStore(args.state) if args.state else None)
 
 
 def access_from_args(args: argparse.Namespace) -> Access:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ina.control.auth import Access
+from ina.control.registry import Registry
 from ina.control.http import ControlServer
 from ina.net.node import Address
 from ina.net.service import bind_or_explain
@@ -27,7 +28,8 @@ class P4SwitchServer:
     role = "switch"
 
     def __init__(self, config: SwitchConfig, listen: Address, control: Address, interfaces: Mapping[int, str],
-                 routes: Iterable[Route], mac: str, log: Path | None = None, access: Access | None = None) -> None:  # fmt: skip
+                 routes: Iterable[Route], mac: str, log: Path | None = None, access: Access | None = None,
+                 registry: Registry = Registry()) -> None:  # fmt: skip
         if listen[1] != INA_PORT:
             raise ValueError(f"--listen {listen[0]}:{listen[1]}: the P4 switch knows ina packets by UDP port {INA_PORT}; use {listen[0]}:{INA_PORT}")
         if not interfaces:
@@ -43,7 +45,7 @@ class P4SwitchServer:
             self.runtime = P4RuntimeClient(self.bmv2.grpc_address)
             self.registers = Bmv2Thrift("127.0.0.1", self.bmv2.thrift_port)
             self.switch = P4Switch(config, self.runtime, self.registers, listen[0], mac, routes)
-            self.control = bind_or_explain(lambda: ControlServer(self.switch, *control, access=access), control, "--control")
+            self.control = bind_or_explain(lambda: ControlServer(self.switch, *control, access=access, registry=registry), control, "--control")
         except BaseException:
             self.close()
             raise

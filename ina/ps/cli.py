@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from ina.net.service import access_from_args, add_access_options, run_service
+from ina.net.service import access_from_args, add_access_options, add_registry_options, registry_from_args, run_service
 from ina.net.udp import parse_address
 from ina.protocol import DEFAULT_PS_CONTROL_PORT
 from ina.ps.limits import MAX_WORDS
@@ -35,6 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--result-retention", type=int, default=64, help="results kept per job for resends; at least 4 x the job's window (default %(default)s)")
     parser.add_argument("--batch", type=int, default=256, help="datagrams per receive call (default %(default)s)")
     add_access_options(parser)
+    add_registry_options(parser)
     return parser
 
 
@@ -53,7 +54,7 @@ def build(args: argparse.Namespace) -> PSServer:
     core = ps_core(args.words, flush_delay=args.flush_delay, piece_timeout=args.piece_timeout,
                    result_retention=args.result_retention, max_words=args.max_words, messages=min(args.batch, 64))
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
-    return PSServer(core, listen, control, batch=args.batch, access=access_from_args(args))
+    return PSServer(core, listen, control, batch=args.batch, access=access_from_args(args), registry=registry_from_args(args))
 
 
 def run(args: argparse.Namespace) -> int:

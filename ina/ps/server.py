@@ -16,6 +16,7 @@ from typing import Any
 
 from ina.control import Endpoint, JobSpec
 from ina.control.auth import Access
+from ina.control.registry import Registry
 from ina.control.watch import Waiting
 from ina.net.native import NativeRunner
 from ina.net.node import Address, Datagram
@@ -35,13 +36,13 @@ class PSServer(Service):
     role = "ps"
 
     def __init__(self, core: ParameterServer | NativeParameterServer, listen: Address, control: Address, batch: int = 256,
-                 access: Access | None = None) -> None:  # fmt: skip
+                 access: Access | None = None, registry: Registry = Registry()) -> None:  # fmt: skip
         self.core = core
         self.path = "native" if isinstance(core, NativeParameterServer) else "python"
         self._lock = threading.Lock()
         native = core if isinstance(core, NativeParameterServer) else None
         bind = (lambda address: NativeRunner.bind(native, address)) if native is not None else None
-        super().__init__(self, listen, control, batch, access, bind)
+        super().__init__(self, listen, control, batch, access, bind, registry)
 
     # --- Node, for the runner ---------------------------------------------------------
 

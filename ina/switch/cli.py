@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
-from ina.net.service import access_from_args, add_access_options, run_service
+from ina.net.service import access_from_args, add_access_options, add_registry_options, registry_from_args, run_service
 from ina.net.udp import parse_address
 from ina.protocol import DEFAULT_SWITCH_CONTROL_PORT, INA_PORT
 from ina.switch.config import POLICIES, SwitchConfig
@@ -40,6 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p4.add_argument("--mac", default="02:00:00:00:00:01", help="the switch's own MAC (default %(default)s)")
     p4.add_argument("--bmv2-log", help="file for BMv2's output (default: a temporary file)")
     add_access_options(parser)
+    add_registry_options(parser)
     faults = parser.add_argument_group("fault injection (applied to received and sent packets)")
     faults.add_argument("--drop", type=float, default=0.0, help="drop rate")
     faults.add_argument("--duplicate", type=float, default=0.0, help="duplicate rate")
@@ -67,7 +68,7 @@ def build(args: argparse.Namespace) -> Any:
     faults = Faults(args.drop, args.duplicate, args.reorder, args.fault_seed)
     faults.injectors()  # validates the rates
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
-    return SwitchServer(config, listen, control, faults, batch=args.batch, access=access)
+    return SwitchServer(config, listen, control, faults, batch=args.batch, access=access, registry=registry_from_args(args))
 
 
 def _build_bmv2(args: argparse.Namespace, config: SwitchConfig, access: Any) -> Any:
@@ -88,7 +89,8 @@ def _build_bmv2(args: argparse.Namespace, config: SwitchConfig, access: Any) -> 
     routes = [Route.parse(text) for text in args.route]
     try:
         return P4SwitchServer(config, listen, control, interfaces, routes, args.mac,
-                              log=Path(args.bmv2_log) if args.bmv2_log else None, access=access)  # fmt: skip
+                              log=Path(args.bmv2_log) if args.bmv2_log else None, access=access,
+                              registry=registry_from_args(args))  # fmt: skip
     except RuntimeError as error:  # a missing tool, or BMv2 refusing to start or to load the program
         raise ValueError(str(error)) from None
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ina.control import JobSpec
 from ina.control.auth import Access
+from ina.control.registry import Registry
 from ina.control.watch import Waiting
 from ina.net.faults import FaultInjector, FaultyNode
 from ina.net.native import NativeRunner
@@ -47,14 +48,14 @@ class SwitchServer(Service):
     role = "switch"
 
     def __init__(self, config: SwitchConfig, listen: Address, control: Address, faults: Faults = Faults(), batch: int = 1024,
-                 access: Access | None = None, path: str | None = None) -> None:  # fmt: skip
+                 access: Access | None = None, path: str | None = None, registry: Registry = Registry()) -> None:  # fmt: skip
         self.core = switch_core(config, path, messages=min(batch, 64))
         self.path = "native" if isinstance(self.core, NativeSwitchCore) else "python"
         self.faults = faults
         self._faulty = FaultyNode(self.core, *faults.injectors()) if any((faults.drop, faults.duplicate, faults.reorder)) else None
         native = self.core if isinstance(self.core, NativeSwitchCore) and self._faulty is None else None
         bind = (lambda address: NativeRunner.bind(native, address)) if native is not None else None
-        super().__init__(self._faulty or self.core, listen, control, batch, access, bind)
+        super().__init__(self._faulty or self.core, listen, control, batch, access, bind, registry)
 
     # -- ControlTarget -----------------------------------------------------------------------
 

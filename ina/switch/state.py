@@ -14,6 +14,7 @@ import numpy as np
 
 from ina.control import Endpoint, JobSpec
 from ina.control.policy import caller, check_owner, check_quota, grant
+from ina.control.registry import placement
 from ina.net.node import Address
 
 _VALID = np.uint64(1 << 49)
@@ -127,12 +128,13 @@ class Jobs:
         who = caller()
         spec = grant(spec, who)
         _check_registration(spec, self.pool, self.entries)
+        restored = placement()
         if self.policy == "static":
             span = 1 << (spec.window - 1).bit_length()
-            slot_base, slots = self._choose_partition(spec.job, span), span
+            slot_base, slots = self._choose_partition(spec.job, span, restored), span
         else:
             span, slots = None, spec.window
-            slot_base = self._choose_slot_base(spec.window)
+            slot_base = self._choose_slot_base(spec.window) if restored is None else self._restored_base(spec.job, restored)
         check_quota(who, spec.job, slots, sum(e.slots for e in self.entries.values() if e.owner == who.name) if who.name else 0)
         entry = JobEntry(spec, slot_base, span, slots, who.name)
         self.entries[spec.job] = entry
@@ -153,12 +155,27 @@ class Jobs:
         del self.entries[job]
         self._rebuild()
 
-    def _choose_partition(self, job: int, span: int) -> int:
-        """The lowest multiple of `span` whose `span` slots no registered job holds (static policy)."""
+    def _restored_base(self, job: int, restored: tuple[int, int | None]) -> int:
+        """The slot_base a job held before a restart (docs/protocol.md, section 7), if this pool has it."""
+        slot_base, span = restored
+        if not 0 <= slot_base < self.pool or span is not None:
+            raise ValueError(f"job {job} held slot_base {slot_base} (span {span}), which this pool of {self.pool} "
+                             f"slots under {self.policy!r} cannot give back")  # fmt: skip
+        return slot_base
+
+    def _choose_partition(self, job: int, span: int, restored: tuple[int, int | None] | None = None) -> int:
+        """The lowest multiple of `span` whose `span` slots no registered job holds (static policy), or
+        the partition a restored job held, if it is still one and free."""
         held = np.zeros(self.pool, dtype=bool)
         for entry in self.entries.values():
             held[entry.slot_base : entry.slot_base + (entry.span or self.pool)] = True
         blocks = held.reshape(-1, span).any(axis=1) if span <= self.pool else np.ones(1, dtype=bool)
+        if restored is not None:
+            slot_base, held_span = restored
+            if held_span != span or slot_base % span or not 0 <= slot_base < self.pool or blocks[slot_base // span]:
+                raise ValueError(f"job {job} held the partition of {held_span} slots at {slot_base}, which this static "
+                                 f"pool of {self.pool} slots cannot give back")  # fmt: skip
+            return slot_base
         free = np.flatnonzero(~blocks)
         if free.size:
             return int(free[0]) * span

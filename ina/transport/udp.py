@@ -43,6 +43,7 @@ from ina.transport.udp_setup import (
     ENVIRONMENT,
     Aggregator,
     Deployment,
+    LeaseKeeper,
     Registration,
     agree,
     bind_socket,
@@ -162,7 +163,10 @@ class _UdpTransport(Transport):
         )  # fmt: skip
         self._engine = serve_engine(engine_config, sock, self._policy)  # native where it is built
         owner = (self._ps, self._switch, registration.job) if rank == 0 else None
-        self._closer = weakref.finalize(self, _shut_down, self._engine, owner)
+        keeper = None
+        if owner is not None and registration.lease:
+            keeper = LeaseKeeper([a for a in (self._ps, self._switch) if a is not None], registration.job, registration.lease)
+        self._closer = weakref.finalize(self, _shut_down, self._engine, owner, keeper)
         dist.barrier(group=group)
         logger.info("job %d, rank %d: %s at %s:%d, window %d", registration.job, rank, type(self).__name__,
                     *self._engine.address, spec.window)  # fmt: skip
@@ -387,8 +391,10 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
     return torch.cuda.Stream(device)
 
 
-def _shut_down(engine: ServedEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]]) -> None:
-    """Stop the engine; the owner (rank 0) deregisters the job. A finalizer: it must not hold the transport."""
+def _shut_down(engine: ServedEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]], keeper: Optional[LeaseKeeper]) -> None:
+    """Stop the engine; the owner (rank 0) stops renewing the job's lease and deregisters it. A finalizer: it must not hold the transport."""
     engine.close()
+    if keeper is not None:
+        keeper.close()
     if owner is not None:
         deregister(*owner)

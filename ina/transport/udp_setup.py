@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
@@ -197,6 +198,32 @@ class Registration:
     job: int
     slot_base: int
     span: int = 0  # 0: the whole pool
+    lease: float = 0.0  # seconds the job stays registered unrenewed at the aggregators (the shorter); 0: for ever
+
+
+class LeaseKeeper:
+    """Rank 0 renews the job's lease at its switch and PS every third of it, on a daemon thread,
+    until `close()` (docs/protocol.md, section 7, "Leases and restarts"). A renewal that fails is
+    logged and tried again at the next period: the job's packets say the rest."""
+
+    def __init__(self, aggregators: list[Aggregator], job: int, lease: float) -> None:
+        self.job, self.period = job, lease / 3
+        self._clients = [aggregator.client() for aggregator in aggregators]
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"ina-lease-{job}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.period):
+            for client in self._clients:
+                try:
+                    client.renew(self.job)
+                except ControlError as error:
+                    logger.warning("job %d: renewing its lease at %s failed: %s", self.job, client.base, error)
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join()
 
 
 def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, spec: JobSpec, pick_job: bool) -> Registration:
@@ -212,15 +239,16 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
             raise TransportError("every job id this token may use is registered already: deregister a job, or ask the operator for more ids")
         spec = replace(spec, job=free)
     switch_address = None if deployment.switch is None else Endpoint(*deployment.switch)
-    ps_client.register(replace(spec, switch=switch_address))
+    ps_lease = ps_client.register(replace(spec, switch=switch_address)).get("lease", 0.0)
     if switch_client is None:
-        return Registration(spec.job, 0)
+        return Registration(spec.job, 0, lease=ps_lease)
     try:
         answer = switch_client.register(replace(spec, ps=Endpoint(*deployment.ps), index_bits=0, table=(), words=0))
     except ControlError:
         ps_client.deregister(spec.job)
         raise
-    return Registration(spec.job, answer["slot_base"], answer.get("span", 0))
+    lease = min((t for t in (ps_lease, answer.get("lease", 0.0)) if t), default=0.0)
+    return Registration(spec.job, answer["slot_base"], answer.get("span", 0), lease)
 
 
 def deregister(ps: Aggregator, switch: Aggregator | None, job: int) -> None:
