@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ina.compression import THCCodec, THCConfig, move_to_huge_pages
+from ina.layout import BucketLayouts
 from ina.transport import create_transport
 from ina.transport.base import Transport
 from ina.transport.hierarchy import arrange, checked_hierarchy
@@ -89,6 +90,7 @@ class THCState:
         "iteration",
         "error_dict",
         "plain_bytes",
+        "layouts",
         # Where the buckets seen so far start (data pointers): each moves to huge pages once.
         "bucket_memory",
     )
@@ -127,6 +129,7 @@ class THCState:
         self.iteration = 0
         self.error_dict: dict[int, torch.Tensor] = {}
         self.plain_bytes = 0
+        self.layouts = BucketLayouts()
         self._bind(process_group, transport)
 
     def _bind(self, process_group: Optional[dist.ProcessGroup], transport: Union[str, Transport]) -> None:
@@ -140,7 +143,7 @@ class THCState:
         self.bucket_memory: set[int] = set()
         if isinstance(transport, str):
             transport = create_transport(transport, process_group)
-        transport = arrange(transport, group.size(), self.hierarchy)
+        transport = arrange(transport, group, self.hierarchy)
         transport.attach(self.codec, group)
         self.transport = transport
 
@@ -153,7 +156,7 @@ class THCState:
         return {slot: getattr(self, slot) for slot in self.__slots__ if slot not in self._UNPICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state = {"hierarchy": "auto"} | state  # a state pickled before the option existed
+        state = {"hierarchy": "auto", "layouts": BucketLayouts()} | state  # a state pickled before these existed
         for slot, value in state.items():
             setattr(self, slot, value)
         logger.warning(
@@ -196,14 +199,28 @@ def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[t
     """
     group = _group(state.process_group)
     buffer = bucket.buffer()
-    round_ = state.iteration
-    if bucket.is_last():
+    round_, last, layouts = state.iteration, bucket.is_last(), state.layouts
+    layouts.observe(bucket)
+    if last:
         state.iteration += 1
         if state.iteration == state.start_iter:
             logger.info("THC compression starts at iteration %d.", state.iteration)
+    if layouts.must_hold(round_ >= state.start_iter):  # a resumed run's first iteration: lay it out as recorded
+        held = layouts.hold(bucket)
+        if last:
+            layouts.release(lambda flat, index: _mean(state, group, flat, round_, index, last=True).wait())
+            layouts.end_iteration()
+        return held
+    if last:
+        layouts.end_iteration()
+    return _mean(state, group, buffer, round_, bucket.index(), last)
+
+
+def _mean(state: THCState, group: dist.ProcessGroup, buffer: torch.Tensor, round_: int, index: int, last: bool) -> torch.futures.Future[torch.Tensor]:
+    """Bucket `index`'s mean: plain allreduce before `start_iter` and for small buckets, else THC."""
     if round_ < state.start_iter or buffer.numel() < state.min_compression_elements:
         return _allreduce_mean(state, group, buffer)
-    return _thc_mean(state, group, buffer, round_, bucket.index(), bucket.is_last())
+    return _thc_mean(state, group, buffer, round_, index, last)
 
 
 def _group(process_group: Optional[dist.ProcessGroup]) -> dist.ProcessGroup:

@@ -14,6 +14,7 @@ the bits a flat collective gives it (docs/transport.md, "Two levels").
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -114,10 +115,13 @@ class Layout:
         return next(node for node in self.nodes if rank in node)
 
 
-def arrange(transport: Transport, workers: int, hierarchy: str) -> Transport:
+def arrange(transport: Transport, group: dist.ProcessGroup, hierarchy: str) -> Transport:
     """The transport the hook uses: ``transport`` itself, or wrapped to sum inside nodes first when
-    ``hierarchy`` asks for it (:func:`sums_by_node`) and it is not wrapped already."""
-    if isinstance(transport, HierarchicalTransport) or not sums_by_node(hierarchy, workers):
+    ``hierarchy`` asks for it (:func:`sums_by_node`) and it is not wrapped already. Under "auto", a
+    group smaller than the job stays flat (node groups are made of the whole job's ranks)."""
+    if isinstance(transport, HierarchicalTransport) or not sums_by_node(hierarchy, group.size()):
+        return transport
+    if hierarchy == "auto" and group.size() != dist.get_world_size():
         return transport
     return HierarchicalTransport(transport)
 
@@ -240,8 +244,7 @@ class HierarchicalTransport(Transport):
         if not self._leads:
             delivered = torch.empty(total.numel() + 1, dtype=total.dtype, device=total.device)
             work = dist.broadcast(delivered, src=self._leader, group=self._results, async_op=True)
-            both = torch.futures.collect_all([reduced.get_future(), work.get_future()])
-            return both.then(lambda fut: self._received(fut, delivered))
+            return work.get_future().then(lambda fut: self._received(fut, reduced, delivered))
         reduced.wait()
         try:
             future = self.inner.table_sum(total, codec, workers, bucket=bucket)
@@ -251,9 +254,11 @@ class HierarchicalTransport(Transport):
         self._deliveries.put((future, total))
         return future
 
-    def _received(self, both: torch.futures.Future, delivered: torch.Tensor) -> torch.Tensor:
-        for part in both.value():
-            part.value()  # raises the reduction's or the broadcast's error
+    def _received(self, broadcast: torch.futures.Future, reduced: dist.Work, delivered: torch.Tensor) -> torch.Tensor:
+        """The total the leader broadcast, or the error of the broadcast, of this rank's reduce (done by
+        now: the leader broadcasts once it holds the node's sum) or of the leader's reduction."""
+        broadcast.value()
+        reduced.wait()
         if int(delivered[-1]):
             raise self._leader_failed()
         return delivered[:-1]
@@ -262,16 +267,17 @@ class HierarchicalTransport(Transport):
         """The leader's thread: broadcast each total to the node in submission order, once it is done."""
         while (item := deliveries.get()) is not None:
             future, like = item
-            message = torch.zeros(like.numel() + 1, dtype=like.dtype, device=like.device)
-            try:
-                message[:-1] = future.wait()
-            except Exception:  # noqa: BLE001 - the hook's future carries it; the node gets a failed status
-                message[-1] = 1
-            try:
-                dist.broadcast(message, src=self._leader, group=self._results)
-            except Exception as error:  # noqa: BLE001 - the node's ranks are gone; their own errors tell
-                logger.warning("rank %d: cannot hand a sum to its node: %s", self._leader, error)
-                return
+            with torch.cuda.device(like.device) if like.is_cuda else contextlib.nullcontext():  # this thread's GPU
+                message = torch.zeros(like.numel() + 1, dtype=like.dtype, device=like.device)
+                try:
+                    message[:-1] = future.wait()
+                except Exception:  # noqa: BLE001 - the hook's future carries it; the node gets a failed status
+                    message[-1] = 1
+                try:
+                    dist.broadcast(message, src=self._leader, group=self._results)
+                except Exception as error:  # noqa: BLE001 - the node's ranks are gone; their own errors tell
+                    logger.warning("rank %d: cannot hand a sum to its node: %s", self._leader, error)
+                    return
 
     def _leader_failed(self) -> TransportError:
         return TransportError(f"rank {self._leader}, the leader of this rank's node, could not complete the reduction "
