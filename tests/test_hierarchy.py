@@ -68,7 +68,7 @@ def test_more_nodes_than_the_protocol_takes_are_refused_at_start_saying_what_to_
     assert str(refused.value).startswith("33 nodes: the switch and the PS take at most 32 workers per job")
     assert "Put more ranks on each node (at most 32 nodes, of any number of ranks), or use transport='collective'" in str(refused.value)
     with pytest.raises(TransportError) as flat:
-        THCState(process_group=FakeGroup(40), transport=transport())
+        THCState(process_group=FakeGroup(40), transport=transport(), hierarchy="flat")
     assert str(flat.value).startswith("40 workers: the switch and the PS take at most 32 per job")
     assert "THCState(hierarchy='node')" in str(flat.value)
 
@@ -182,3 +182,17 @@ def test_a_dead_switch_stops_every_rank_of_every_node_with_a_transport_error():
         else:
             assert message.startswith(f"rank {rank - 1}, the leader of this rank's node, could not complete the reduction "
                                       "through SwitchTransport"), message  # fmt: skip
+
+
+@pytest.mark.skipif(not os.environ.get("INA_SLOW"), reason="40 worker processes take minutes on a small machine: INA_SLOW=1 runs it")
+def test_forty_ranks_on_five_nodes_train_through_the_switch_and_the_ps_bit_identical_to_the_flat_collective(
+    aggregators, transport_options
+):
+    runs = [("collective", "flat"), ("switch", "node"), ("ps", "node")]
+    results = run_workers(_train, 40, 8, False, transport_options, runs, timeout=1800)
+    for rank, outcome in enumerate(results):
+        reference = outcome["collective", "flat"][0]
+        for run in runs[1:]:
+            params, sent, layout, _ = outcome[run]
+            assert len(layout) == 5 and all(torch.equal(p, q) for p, q in zip(params, reference)), (rank, run)
+            assert (sent > 0) == (rank % 8 == 0), (rank, run, sent)
