@@ -63,11 +63,11 @@ class THCState:
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
-    afterwards for others, after ``transport.attach(state.codec, group)``), and keeps the iteration counter and the error memory. Training then
-    resumes bit-identically if the new DDP instance lays out its buckets as the old one did.
-    DDP rebuilds a new instance's buckets after its first iteration (unless
-    ``find_unused_parameters=True``), so with several buckets that first iteration compresses
-    differently laid-out buckets and skips memory whose size no longer matches.
+    afterwards for others, after ``transport.attach(state.codec, group)``), and keeps the iteration
+    counter, the error memory and each bucket's layout. Training resumes bit-identically with the
+    same model and DDP options: a new DDP instance's first iteration has DDP's initial bucket layout,
+    not the rebuilt one the checkpoint was made with, so that iteration reduces the buckets as the
+    state recorded them (:mod:`ina.layout`: it holds the buckets back until the last one arrives).
 
     ``plain_bytes`` and ``transport.bytes_sent`` count what this worker handed to reductions
     (for the switch and PS transports: the UDP payloads it sent, headers and resends included);

@@ -50,7 +50,7 @@ class FakeGroup:
 
 
 class FakeBucket:
-    """The three GradBucket methods the hook relies on."""
+    """The GradBucket methods the hook relies on: one parameter, the whole buffer."""
 
     def __init__(self, buffer: torch.Tensor, index: int, last: bool = True) -> None:
         self._buffer, self._index, self._last = buffer, index, last
@@ -63,6 +63,9 @@ class FakeBucket:
 
     def is_last(self) -> bool:
         return self._last
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [self._buffer]
 
 
 def regression_problem(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
