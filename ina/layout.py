@@ -82,7 +82,8 @@ class BucketLayouts:
 
     def hold(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         """Keep the bucket until the last one arrives; its future completes then."""
-        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        buffer = bucket.buffer()
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
         self._held.append((bucket, future))
         return future
 
