@@ -34,6 +34,7 @@ def configs(draw) -> EngineConfig:
         pool=16, slot_base=draw(st.integers(0, 15)), span=draw(st.sampled_from([0, 8])) if window <= 8 else 0,
         ps_only=ps_only, min_rto=0.001, initial_rto=draw(st.sampled_from([0.001, 0.004])), max_rto=0.01,
         peer_timeout=draw(st.sampled_from([0.03, 1.0])), first_seq=draw(st.sampled_from([0, 2**32 - 3, 2**33 - 1])),
+        failover=draw(st.sampled_from([0.0, 0.005, 0.02])), failback=draw(st.sampled_from([0.0, 0.01, 0.5])),
     )  # fmt: skip
 
 

@@ -142,7 +142,7 @@ def test_two_level_training_through_every_transport_is_bit_identical_to_the_flat
 
 
 def _train_until_the_switch_dies(rank: int, workers: int) -> tuple[str, str, float]:
-    """2 nodes of 2 ranks; rank 0 hosts the switch and PS and stops the switch at step 4."""
+    """2 nodes of 2 ranks without failover to the PS; rank 0 hosts the switch and PS and stops the switch at step 4."""
     _emulate_nodes(rank, 2, False, workers)
     local = LocalAggregators() if rank == 0 else None
     box = [local.options("switch") if local else None]
@@ -150,7 +150,7 @@ def _train_until_the_switch_dies(rank: int, workers: int) -> tuple[str, str, flo
     x, y = regression_problem()
     model = mlp()
     ddp = DistributedDataParallel(model)
-    state = THCState(start_iter=1, transport=SwitchTransport(peer_timeout=1.0, **box[0]), hierarchy="node")
+    state = THCState(start_iter=1, transport=SwitchTransport(peer_timeout=1.0, failover=0, **box[0]), hierarchy="node")
     ddp.register_comm_hook(state, thc_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     stopped = time.monotonic()

@@ -124,7 +124,7 @@ def _train_until_the_aggregator_dies(rank: int, workers: int, transport: str) ->
     x, y = regression_problem()
     model = mlp()
     ddp = DistributedDataParallel(model)
-    state = THCState(start_iter=1, transport=create_transport(transport, None, peer_timeout=1.0, **box[0]))
+    state = THCState(start_iter=1, transport=create_transport(transport, None, peer_timeout=1.0, failover=0, **box[0]))
     ddp.register_comm_hook(state, thc_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     stopped = time.monotonic()
@@ -148,7 +148,7 @@ def _train_until_the_aggregator_dies(rank: int, workers: int, transport: str) ->
 
 
 @pytest.mark.parametrize("transport", UDP_TRANSPORTS)
-def test_a_dead_aggregator_stops_training_with_the_engines_error_within_the_peer_timeout(transport):
+def test_without_failover_a_dead_aggregator_stops_training_with_the_engines_error_within_the_peer_timeout(transport):
     destination = "switch" if transport == "switch" else "PS"
     for kind, message, after in run_workers(_train_until_the_aggregator_dies, 2, transport, timeout=60):
         assert kind == "TransportError", message
@@ -174,3 +174,60 @@ def test_a_missing_aggregator_stops_every_worker_at_start_saying_what_to_set(tra
         assert message.startswith(f"no {transport} control API answers at 127.0.0.1:9 "), message
         assert f"Start `ina {transport}` there" in message and f"set {variable}=host:port" in message, message
         assert took < 5
+
+
+def _train_through_a_switch_that_dies_and_comes_back(rank: int, workers: int, state_file: str) -> dict:
+    """The same training over the collective, then through a switch that rank 0 kills at step 6 and
+    starts again (on the same ports, from its state file: the job is still registered) at step 12."""
+    from ina.control.registry import JobStore, Registry
+    from ina.ps.native import ps_core
+    from ina.ps.server import PSServer
+    from ina.switch import SwitchConfig
+    from ina.switch.server import SwitchServer
+
+    x, y = regression_problem()
+    final = {}
+    registry, loopback, config = Registry(store=JobStore(state_file)), ("127.0.0.1", 0), SwitchConfig(pool=64, words=64)
+    ps = PSServer(ps_core(64), loopback, loopback).start() if rank == 0 else None
+    switch = SwitchServer(config, loopback, loopback, registry=registry).start() if rank == 0 else None
+    box = [None if ps is None else {"ps": "%s:%d" % ps.address, "ps_control": "%s:%d" % ps.control_address,
+                                    "switch": "%s:%d" % switch.address, "switch_control": "%s:%d" % switch.control_address}]  # fmt: skip
+    dist.broadcast_object_list(box, src=0)
+    for name in ("collective", "switch"):
+        torch.manual_seed(0)
+        model = mlp()
+        transport = "collective" if name == "collective" else create_transport("switch", None, failover=0.3, failback=1.5, peer_timeout=20.0, **box[0])
+        state = THCState(start_iter=1, error_feedback=False, transport=transport)
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(state, thc_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(30):
+            if name == "switch" and rank == 0 and step == 6:
+                addresses = (switch.address, switch.control_address)
+                switch.close()
+            if name == "switch" and rank == 0 and step == 12:
+                switch = SwitchServer(config, *addresses, registry=registry).start()
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+            if name == "switch" and step >= 12:
+                time.sleep(0.1)  # time for the fail-back to come due
+        final[name] = [p.detach().clone() for p in model.parameters()]
+        counters = state.transport._running().counters if name == "switch" else {}
+        dist.barrier()
+        state.transport.close()
+    completed = switch.counters()["completed"] if switch else None
+    for server in (switch, ps):
+        if server is not None:
+            server.close()
+    return {"final": final, "failovers": counters["failovers"], "failbacks": counters["failbacks"], "completed": completed}
+
+
+def test_training_fails_over_from_a_dead_switch_to_the_ps_and_back_bit_for_bit(tmp_path):
+    results = run_workers(_train_through_a_switch_that_dies_and_comes_back, 2, str(tmp_path / "switch.json"), timeout=120)
+    for result in results:
+        assert result["failovers"] >= 1 and result["failbacks"] >= 1, result
+        for a, b in zip(result["final"]["collective"], result["final"]["switch"]):
+            assert torch.equal(a, b)
+    assert results[0]["completed"] > 0  # the restarted switch aggregated again after the fail-back

@@ -29,9 +29,10 @@
 
 /* Counters, by the reference's names (Engine.counters). */
 enum { C_SENT, C_RESENT, C_DELIVERED, C_STATUS, C_FETCH_ANSWERED, C_FOREIGN, C_MALFORMED, C_UNEXPECTED, C_LATE,
-       C_FETCH_MISSING, C_FAILED, C_COUNT };
+       C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_COUNT };
 static const char *const counter_names[C_COUNT] = {"sent", "resent", "delivered", "status", "fetch_answered", "foreign",
-                                                   "malformed", "unexpected", "late", "fetch_missing", "failed"};
+                                                   "malformed", "unexpected", "late", "fetch_missing", "failed",
+                                                   "failovers", "failbacks"};
 
 typedef struct {
     Py_buffer words; /* the submitted words, read until the reduction is handed back */
@@ -82,6 +83,9 @@ typedef struct {
     ina_addr destination, other, ps;
     int has_other, has_ps;
     double min_rto, max_rto, initial_rto, peer_timeout;
+    /* failover to the PS (EngineConfig.failover, .failback; 0: never), and since when DATA goes there */
+    double failover, failback, via_ps_since;
+    int via_ps;
     /* RttEstimator */
     int sampled;
     double srtt, rttvar;
@@ -205,7 +209,7 @@ static uint32_t slot_of(const Engine *e, uint64_t seq) {
  * resends it, as if the network had lost it. */
 static void send_data(Engine *e, ina_tx *tx, const reduction *r, uint32_t index, uint8_t prio, int resend) {
     size_t length = INA_HEADER_BYTES + 4 * (size_t)e->words;
-    uint8_t *p = ina_tx_add(tx, e->destination, length);
+    uint8_t *p = ina_tx_add(tx, e->via_ps ? e->ps : e->destination, length);
     if (!p) return;
     uint64_t seq = r->first_seq + index;
     ina_header h = {.kind = INA_DATA, .flags = (uint8_t)(r->flags | (resend ? INA_FLAG_RESEND : 0)), .rank = e->rank,
@@ -229,6 +233,10 @@ static void pump(void *self, double now, ina_tx *tx) {
     if (e->failed) return;
     uint64_t limit = e->oldest + e->window < e->next_seq ? e->oldest + e->window : e->next_seq;
     if (e->next_send >= limit) return;
+    if (e->via_ps && e->failback > 0 && now >= e->via_ps_since + e->failback) { /* try the switch again */
+        e->via_ps = 0;
+        e->counters[C_FAILBACKS]++;
+    }
     double first_timeout = now + backoff(e, 0), last = now + e->peer_timeout;
     double deadline = first_timeout < last ? first_timeout : last;
     while (e->next_send < limit) {
@@ -279,6 +287,10 @@ static void tick(void *self, double now, ina_tx *tx) {
         if (now >= c->first_sent + e->peer_timeout) {
             fail(e, c);
             return;
+        }
+        if (!e->via_ps && e->failover > 0 && e->has_ps && !e->ps_only && now >= c->first_sent + e->failover) {
+            e->via_ps = 1, e->via_ps_since = now; /* the switch is silent: the PS takes this worker's DATA */
+            e->counters[C_FAILOVERS]++;
         }
         c->retries++;
         e->counters[C_RESENT]++;
@@ -438,7 +450,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"job", "rank", "workers", "words", "window", "destination", "other", "ps", "pool",
                             "slot_base", "span", "ps_only", "min_rto", "max_rto", "initial_rto", "peer_timeout",
                             "first_seq", "level", "reference_rate", "levels_per_doubling", "time_constant",
-                            "age_step", "decaying_bytes", "observed_at", "served", NULL};
+                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", NULL};
     unsigned job, rank, workers, words, window, pool, slot_base, span;
     unsigned long long first_seq;
     PyObject *destination, *other, *ps;
@@ -447,12 +459,12 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "the engine is set up already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp", names, &job, &rank, &workers, &words,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|dd", names, &job, &rank, &workers, &words,
                                      &window, &destination, &other, &ps, &pool, &slot_base, &span, &ps_only,
                                      &self->min_rto, &self->max_rto, &self->initial_rto, &self->peer_timeout,
                                      &first_seq, &level, &self->reference_rate, &self->levels_per_doubling,
                                      &self->time_constant, &self->age_step, &self->decaying_bytes,
-                                     &self->observed_at, &served))
+                                     &self->observed_at, &served, &self->failover, &self->failback))
         return -1;
     if (job > 0xFFFF || workers < 1 || workers > INA_MAX_WORKERS || rank >= workers || words < 1 ||
         words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 || window < 1 || pool < 1 || (pool & (pool - 1)) ||

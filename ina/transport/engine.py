@@ -60,6 +60,11 @@ class EngineConfig:
     initial_rto: float = 0.05
     peer_timeout: float = 30.0
     first_seq: int = 0
+    failover: float = 0.0
+    """Seconds a chunk may go unanswered through the switch before this worker sends its DATA to the
+    PS instead (docs/protocol.md, section 8, "Failover"); 0: never. Below peer_timeout."""
+    failback: float = 0.0
+    """Seconds after a failover before new chunks try the switch again; 0: never."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.job < 1 << 16:
@@ -77,6 +82,8 @@ class EngineConfig:
             raise ValueError(f"span must be a power of two in window ({self.window})..pool ({self.pool}), got {span}")
         if not 0 < self.min_rto <= self.initial_rto <= self.max_rto < self.peer_timeout:
             raise ValueError("need 0 < min_rto <= initial_rto <= max_rto < peer_timeout")
+        if not 0 <= self.failover < self.peer_timeout or self.failback < 0:
+            raise ValueError(f"need 0 <= failover ({self.failover}) < peer_timeout ({self.peer_timeout}) and failback >= 0")
         if self.destination not in self.sources or len(self.sources) > 2:
             raise ValueError(f"the result sources {set(self.sources)} must be the destination {self.destination} "
                              "and at most one other address (the switch and the PS)")
@@ -99,26 +106,29 @@ class EngineConfig:
 
 
 class _Outgoing:
-    """What one call sends, in order: answers to FETCHes (to the PS), then DATA rows (to the destination)."""
+    """What one call sends, in order: answers to FETCHes (to the PS), then runs of DATA rows, each to
+    where DATA went when it was added (the switch, or the PS after a failover)."""
 
-    __slots__ = ("answers", "rows")
+    __slots__ = ("answers", "runs")
 
     def __init__(self) -> None:
         self.answers: list[Datagram] = []
-        self.rows: list[np.ndarray] = []
+        self.runs: list[tuple[np.ndarray, Address]] = []
 
-    def frames(self, destination: Address) -> Frames:
+    def add(self, rows: np.ndarray, destination: Address) -> None:
+        self.runs.append((rows, destination))
+
+    def frames(self) -> Frames:
         """One buffer of everything (the rows are copied: they may be views of a reduction's packets)."""
-        data = Frames.of_rows(np.concatenate(self.rows), destination) if self.rows else Frames.empty()
-        return Frames.join([Frames.of(self.answers), data]) if self.answers else data
+        data = [Frames.of_rows(rows, destination) for rows, destination in self.runs]
+        return Frames.join([Frames.of(self.answers), *data])
 
-    def datagrams(self, destination: Address) -> list[Datagram]:
+    def datagrams(self) -> list[Datagram]:
         """The same as `Datagram`s (the `Node` interface's form)."""
-        if not self.rows:
-            return self.answers
-        size = self.rows[0].shape[1]
-        data = np.concatenate(self.rows).tobytes()
-        return self.answers + [Datagram(data[at : at + size], destination) for at in range(0, len(data), size)]
+        out = list(self.answers)
+        for rows, destination in self.runs:
+            out += [Datagram(row.tobytes(), destination) for row in rows]
+        return out
 
 
 class Engine:
@@ -150,6 +160,7 @@ class Engine:
         self._next_seq = config.first_seq  # the next chunk submitted
         self._next_send = config.first_seq  # the next chunk sent for the first time
         self._next_handle = 0
+        self._via_ps_since: float | None = None  # when this worker's DATA went to the PS instead of the switch
         self._unsent: deque[Reduction] = deque()  # reductions with chunks not sent yet, the first holds _next_send
         self._outstanding: dict[int, Chunk] = {}  # in seq order
         self._timers: list[tuple[float, int]] = []
@@ -213,18 +224,18 @@ class Engine:
     # ----------------------------------------------------------------- the Node interface
 
     def receive(self, datagrams: Sequence[Datagram], now: float) -> list[Datagram]:
-        return self._receive(datagrams, None, now).datagrams(self.config.destination)
+        return self._receive(datagrams, None, now).datagrams()
 
     def tick(self, now: float) -> list[Datagram]:
-        return self._tick(now).datagrams(self.config.destination)
+        return self._tick(now).datagrams()
 
     def receive_frames(self, frames: Frames, now: float) -> Frames:
         """`receive` for a batch in one buffer; the datagrams to send come back the same way."""
-        return self._receive(frames.datagrams(), frames, now).frames(self.config.destination)
+        return self._receive(frames.datagrams(), frames, now).frames()
 
     def tick_frames(self, now: float) -> Frames:
         """`tick`, with the datagrams to send in one buffer."""
-        return self._tick(now).frames(self.config.destination)
+        return self._tick(now).frames()
 
     # ----------------------------------------------------------------- internals
 
@@ -249,6 +260,7 @@ class Engine:
             if now >= chunk.first_sent + self.config.peer_timeout:
                 self._fail(chunk)
                 return out
+            self._maybe_fail_over(chunk, now)
             chunk.retries += 1
             self.counters["resent"] += 1
             due.append(chunk)
@@ -286,6 +298,7 @@ class Engine:
         limit = min(self._next_seq, self._oldest() + self.config.window)
         if self._next_send >= limit:
             return
+        self._maybe_fail_back(now)
         deadline = min(now + self.rtt.backoff(0), now + self.config.peer_timeout)
         outstanding, timers = self._outstanding, self._timers
         while self._next_send < limit:
@@ -294,7 +307,7 @@ class Engine:
             begin, end = self._next_send - first, min(reduction.chunks, limit - first)
             rows = reduction.packets[begin:end]
             rows[:, _PRIORITY_AT] = self._priority(reduction, now)
-            out.rows.append(rows)
+            out.add(rows.copy(), self.destination)
             for index in range(begin, end):
                 outstanding[first + index] = Chunk(first + index, reduction, index, now, deadline)
                 heapq.heappush(timers, (deadline, first + index))
@@ -308,7 +321,7 @@ class Engine:
         rows = np.stack([chunk.reduction.packets[chunk.index] for chunk in chunks])
         rows[:, _FLAGS_AT] |= _RESEND
         rows[:, _PRIORITY_AT] = [self._priority(chunk.reduction, now) for chunk in chunks]
-        out.rows.append(rows)
+        out.add(rows, self.destination)
         peer_timeout = self.config.peer_timeout
         for chunk in chunks:
             chunk.deadline = min(now + self.rtt.backoff(chunk.retries), chunk.first_sent + peer_timeout)
@@ -377,6 +390,26 @@ class Engine:
             return
         out.answers.append(Datagram(packet, source))
         self.counters["fetch_answered"] += 1
+
+    @property
+    def destination(self) -> Address:
+        """Where DATA goes now: the configured destination, or the PS after a failover."""
+        return self.config.destination if self._via_ps_since is None else self.config.ps  # type: ignore[return-value]
+
+    def _maybe_fail_over(self, chunk: Chunk, now: float) -> None:
+        """A chunk unanswered through the switch for `failover` seconds: send DATA to the PS instead
+        (docs/protocol.md, section 8, "Failover"); whatever the switch held is resent there, exactly once."""
+        config = self.config
+        if self._via_ps_since is None and config.failover and not config.ps_only and config.ps is not None \
+                and now >= chunk.first_sent + config.failover:  # fmt: skip
+            self._via_ps_since = now
+            self.counters["failovers"] += 1
+
+    def _maybe_fail_back(self, now: float) -> None:
+        """`failback` seconds after a failover, new chunks try the switch again."""
+        if self._via_ps_since is not None and self.config.failback and now >= self._via_ps_since + self.config.failback:
+            self._via_ps_since = None
+            self.counters["failbacks"] += 1
 
     def _fail(self, chunk: Chunk) -> None:
         self.error = TransportError(failure_message(self.config, chunk.seq, chunk.reduction.handle, chunk.retries, chunk.status))

@@ -80,6 +80,10 @@ class _UdpTransport(Transport):
             workers, since a resend flushes the chunk from the switch to the PS.
         peer_timeout: a chunk without a result this long fails the training step with a
             TransportError that says who did not answer.
+        failover: a chunk unanswered this long through the switch sends this worker's DATA to the
+            PS instead, exactly (docs/protocol.md, section 8, "Failover"); 0: never. Default 5 s, at
+            most a quarter of ``peer_timeout``.
+        failback: this long after a failover, new chunks try the switch again; 0: never. Default 30 s.
     """
 
     def __init__(
@@ -95,6 +99,8 @@ class _UdpTransport(Transport):
         min_rto: float = 0.02,
         max_rto: Optional[float] = None,
         peer_timeout: float = 30.0,
+        failover: Optional[float] = None,
+        failback: float = 30.0,
     ) -> None:
         self._engine: Optional[ServedEngine] = None  # before the base sets bytes_sent
         super().__init__()
@@ -108,11 +114,15 @@ class _UdpTransport(Transport):
             max_rto = max(min_rto, min(1.0, peer_timeout / 4))
         if not 0 < min_rto <= max_rto < peer_timeout:
             raise ValueError(f"need 0 < min_rto <= max_rto < peer_timeout, got {min_rto}, {max_rto}, {peer_timeout}")
+        if failover is None:
+            failover = min(5.0, peer_timeout / 4)
+        if not 0 <= failover < peer_timeout or failback < 0:
+            raise ValueError(f"need 0 <= failover < peer_timeout and failback >= 0, got {failover}, {peer_timeout}, {failback}")
         self._ps, self._switch = ps, switch
         self._bind, self._job, self._window = bind, job, window
         self._priority_cap, self._policy = priority_cap, policy
         self._timing = {"min_rto": min_rto, "max_rto": max_rto, "peer_timeout": peer_timeout,
-                        "initial_rto": min(max(_INITIAL_RTO, min_rto), max_rto)}  # fmt: skip
+                        "initial_rto": min(max(_INITIAL_RTO, min_rto), max_rto), "failover": failover, "failback": failback}  # fmt: skip
         self._config: Optional[THCConfig] = None
         self._workers = 0
         self._ranks = 0  # the ranks whose values the sums hold: the workers, or a two-level job's total
