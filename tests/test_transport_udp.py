@@ -215,19 +215,21 @@ def _train_through_a_switch_that_dies_and_comes_back(rank: int, workers: int, st
                 time.sleep(0.1)  # time for the fail-back to come due
         final[name] = [p.detach().clone() for p in model.parameters()]
         counters = state.transport._running().counters if name == "switch" else {}
+        path = state.transport.path if name == "switch" else None
         dist.barrier()
         state.transport.close()
     completed = switch.counters()["completed"] if switch else None
     for server in (switch, ps):
         if server is not None:
             server.close()
-    return {"final": final, "failovers": counters["failovers"], "failbacks": counters["failbacks"], "completed": completed}
+    return {"final": final, "failovers": counters["failovers"], "failbacks": counters["failbacks"], "completed": completed,
+            "path": path}
 
 
 def test_training_fails_over_from_a_dead_switch_to_the_ps_and_back_bit_for_bit(tmp_path):
     results = run_workers(_train_through_a_switch_that_dies_and_comes_back, 2, str(tmp_path / "switch.json"), timeout=120)
     for result in results:
-        assert result["failovers"] >= 1 and result["failbacks"] >= 1, result
+        assert result["failovers"] >= 1 and result["failbacks"] >= 1 and result["path"] == "switch", result
         for a, b in zip(result["final"]["collective"], result["final"]["switch"]):
             assert torch.equal(a, b)
     assert results[0]["completed"] > 0  # the restarted switch aggregated again after the fail-back

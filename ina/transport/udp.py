@@ -131,6 +131,8 @@ class _UdpTransport(Transport):
         self._words = 0
         self.job: Optional[int] = None
         self._closer: Optional[weakref.finalize] = None
+        self._moves = (0, 0)  # the engine's failovers and fail-backs, as last logged
+        self._reductions = 0  # submitted so far (a norm's MAX and a bucket's SUM each count one)
 
     @property
     def words(self) -> int:
@@ -252,7 +254,26 @@ class _UdpTransport(Transport):
                 f"{type(self).__name__} is not attached: pass it to THCState(transport=...), "
                 "or call transport.attach(state.codec, process_group) on every worker"
             )
+        self._note_path(self._engine)
+        self._reductions += 1
         return self._engine
+
+    @property
+    def path(self) -> str:
+        """Where this worker's DATA goes now: "switch", or "ps" (PS-only, or after a failover)."""
+        return "ps" if self._switch is None or self._moves[0] > self._moves[1] else "switch"
+
+    def _note_path(self, engine: ServedEngine) -> None:
+        """Log each failover and fail-back once, with the reduction it was noticed at (docs/transport.md)."""
+        counters = engine.counters
+        moves = (counters["failovers"], counters["failbacks"])
+        if moves != self._moves:
+            self._moves = moves
+            if self.path == "ps":
+                logger.warning("job %s: no result through the switch for %g s: this worker sends to the PS from reduction %d "
+                               "on (failover %d)", self.job, self._timing["failover"], self._reductions, moves[0])  # fmt: skip
+            else:
+                logger.info("job %s: back on the switch from reduction %d (fail-back %d)", self.job, self._reductions, moves[1])
 
     def close(self) -> None:
         """Stop the engine and release the socket; rank 0 also deregisters the job.
