@@ -166,3 +166,32 @@ def test_check_accepts_the_ci_run_and_refuses_bmv2_without_p4c():
                           capture_output=True, text=True, env=env)  # fmt: skip
     assert done.returncode == 2
     assert "needs p4c" in done.stderr or "needs the 'p4' extra" in done.stderr, done.stderr
+
+
+@needs_testbed
+def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing_else(tmp_path):
+    """faults: the switch stops 3 s into training and starts again (from its state file) 4 s later; the
+    switch job fails over to the PS and back and ends with the collective job's parameters."""
+    import torch
+
+    run = {"name": "failover", "topology": {"workers": 4, "link": {"bw": 100}}, "timeout": 300,
+           "faults": [{"at": 3, "stop": "switch"}, {"at": 7, "start": "switch"}],
+           "jobs": [{"name": "collective", "workers": 2, "hosts": [0, 1], "steps": 400, "hook": "thc", "transport": "collective"},
+                    {"name": "switch", "workers": 2, "hosts": [2, 3], "steps": 400, "hook": "thc", "transport": "switch",
+                     "failover": 0.5, "failback": 2}]}  # fmt: skip
+    path = tmp_path / "failover.yaml"
+    path.write_text(json.dumps(run))
+    out, interfaces = tmp_path / "out", root_interfaces()
+    done = ina_testbed(str(path), "--out", str(out))
+    printed, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, printed
+    assert "stop switch at" in printed and "start switch at" in printed, printed
+    events = json.loads((out / "esa" / "faults.json").read_text())
+    assert [(e["action"], e["service"]) for e in events] == [("stop", "switch"), ("start", "switch")]
+    summary = json.loads((out / "esa" / "switch" / "summary.json").read_text())
+    assert summary["transport_counters"]["failovers"] >= 1 and summary["transport_counters"]["failbacks"] >= 1, summary
+    a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("collective", "switch"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    counters = json.loads((out / "results.json").read_text())["counters"]["esa"]
+    assert counters["switch"]["completed"] > 0 and counters["switch.1"]["completed"] > 0  # both switch instances aggregated
+    assert_nothing_left(out, interfaces)

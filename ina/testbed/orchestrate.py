@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from ina.testbed import results
 from ina.testbed.network import Network, TestbedUnavailable, why_not
 from ina.testbed.processes import ProcessFailed, Processes, Service, base_environment, ina_command
-from ina.testbed.spec import Job, Run
+from ina.testbed.spec import Fault, Job, Run
 
 SWITCH_PORT, SWITCH_CONTROL_PORT = 47100, 47180
 PS_PORT, PS_CONTROL_PORT = 47101, 47181
@@ -59,14 +59,19 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
         _record(out, created, processes)  # now and at each start, in case this process is killed outright
         for policy in rounds:
             folder = out / policy
-            services = _start_services(run, network, processes, folder, policy, deadline) if aggregated else []
+            services = _Services(run, network, processes, folder, policy, deadline) if aggregated else None
             recorder = _record_metrics(run, network, processes, folder) if aggregated else None
             for phase, jobs in enumerate(run.phases):
                 say(f"ina testbed: [{policy}] phase {phase}: " + ", ".join(f"{j.name} ({j.method}, {j.workers} workers)" for j in jobs))
+                training = [folder / job.name / "rank0.jsonl" for job in jobs if job.uses_aggregators]
+                started = lambda: any(path.exists() and path.stat().st_size for path in training)  # noqa: E731 - its first step is logged
+                injector = services.inject(run.faults, started, say) if services and phase == 0 and run.faults else None
                 outcomes += _run_phase(run, network, processes, folder, policy, jobs, deadline, say)
+                if injector is not None:
+                    injector.join()
             if recorder is not None:
                 recorder.stop()
-            counters[policy] = {s.name: s.stop_and_count() for s in services}
+            counters[policy] = services.stop_and_count() if services else {}
         counters["link_loss_drops"] = network.loss_counters()
         counters["link_queue_drops"] = network.queue_drops()
         counters["link_socket_drops"] = network.udp_buffer_drops()
@@ -102,23 +107,70 @@ def _signals_held() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def _start_services(run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> list[Service]:
-    switch_spec, env = run.switch, base_environment(run.link.loss > 0)
-    ps = processes.start("ps", network.ps.node, ina_command(
-        "ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}",
-        "--words", str(switch_spec.words)), folder / "ps.log", env, service=True)  # fmt: skip
-    command = ["switch", "--listen", f"{network.switch_ip}:{SWITCH_PORT}", "--control", f"{network.control_ip}:{SWITCH_CONTROL_PORT}",
-               "--pool", str(switch_spec.pool), "--words", str(switch_spec.words), "--policy", policy,
-               "--slot-timeout", str(switch_spec.slot_timeout)]  # fmt: skip
-    if network.bmv2:
-        command += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
-        hosts = [*network.workers, network.ps]
-        for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
-            command += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
-    switch = processes.start("switch", network.switch, ina_command(*command), folder / "switch.log", env, service=True)
-    for service in (ps, switch):  # BMv2 may compile the P4 program first (cached afterwards)
-        service.wait_ready(max(1.0, min(900.0, deadline - time.monotonic())))
-    return [switch, ps]
+class _Services:
+    """The round's `ina switch` and `ina ps`, each keeping its jobs in a state file, so that the run's
+    faults can stop one and start it again serving the same jobs (docs/protocol.md, section 7)."""
+
+    def __init__(self, run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> None:
+        self.processes, self.folder, self.deadline = processes, folder, deadline
+        self.env = base_environment(run.link.loss > 0)
+        switch_spec = run.switch
+        ps = ["ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}", "--words", str(switch_spec.words)]
+        switch = ["switch", "--listen", f"{network.switch_ip}:{SWITCH_PORT}", "--control", f"{network.control_ip}:{SWITCH_CONTROL_PORT}",
+                  "--pool", str(switch_spec.pool), "--words", str(switch_spec.words), "--policy", policy,
+                  "--slot-timeout", str(switch_spec.slot_timeout)]  # fmt: skip
+        if network.bmv2:
+            switch += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
+            hosts = [*network.workers, network.ps]
+            for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
+                switch += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
+        self.commands = {"switch": (network.switch, switch), "ps": (network.ps.node, ps)}
+        self.running: dict[str, Service] = {}
+        self.events: list[dict[str, Any]] = []
+        self.counted: dict[str, list[dict[str, Any]]] = {"switch": [], "ps": []}  # of instances stopped by faults
+        for name in ("ps", "switch"):  # BMv2 may compile the P4 program first (cached afterwards)
+            self.start(name)
+
+    def start(self, name: str) -> None:
+        node, command = self.commands[name]
+        starts = sum(e["service"] == name and e["action"] == "start" for e in self.events)
+        log = self.folder / (f"{name}.log" if not starts else f"{name}.{starts + 1}.log")
+        state = ["--state", str(self.folder / f"{name}.state.json")]
+        service = self.processes.start(name, node, ina_command(*command, *state), log, self.env, service=True)
+        service.wait_ready(max(1.0, min(900.0, self.deadline - time.monotonic())))
+        self.running[name] = service
+
+    def inject(self, faults: tuple[Fault, ...], started: Callable[[], bool], say: Callable[[str], None]) -> threading.Thread:
+        """Apply `faults` at their times after `started()` (the jobs train), on a thread (join it when the phase is over)."""
+
+        def apply() -> None:
+            while not started() and time.monotonic() < self.deadline:
+                time.sleep(0.1)
+            began = time.monotonic()
+            for fault in faults:
+                time.sleep(max(0.0, began + fault.at - time.monotonic()))
+                if time.monotonic() > self.deadline:
+                    return
+                done = time.monotonic()
+                if fault.action == "stop":
+                    self.counted[fault.service].append(self.running.pop(fault.service).stop_and_count())
+                else:
+                    self.start(fault.service)
+                self.events.append({"at": round(done - began, 3), "action": fault.action, "service": fault.service,
+                                    "took": round(time.monotonic() - done, 3)})  # fmt: skip
+                say(f"ina testbed: {fault.action} {fault.service} at {done - began:.1f} s")
+            (self.folder / "faults.json").write_text(json.dumps(self.events, indent=2))
+
+        thread = threading.Thread(target=apply, name="testbed-faults", daemon=True)
+        thread.start()
+        return thread
+
+    def stop_and_count(self) -> dict[str, Any]:
+        """Stop both; their final counters (with those of instances a fault stopped, by name.N)."""
+        counts: dict[str, Any] = {name: service.stop_and_count() for name, service in self.running.items()}
+        for name, stopped in self.counted.items():
+            counts |= {f"{name}.{i + 1}": values for i, values in enumerate(stopped)}
+        return counts
 
 
 def _record_metrics(run: Run, network: Network, processes: Processes, folder: Path) -> Any:

@@ -67,6 +67,8 @@ class Job:
     priority_cap: int = 255
     window: Optional[int] = None  # switch/ps transport: chunks in flight per worker
     min_rto: float = 0.02  # switch/ps transport: the least resend timeout (s); above the queueing a window causes
+    failover: Optional[float] = None  # switch transport: seconds without a result before DATA goes to the PS; None: the default
+    failback: float = 30.0  # switch transport: seconds after a failover before trying the switch again
     phase: int = 0  # jobs of one phase run at once; phases run in increasing order
     eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
     seed: int = 0
@@ -82,6 +84,15 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """At `at` seconds after a round's first jobs begin training, stop or start the switch or the PS (it keeps its jobs on disk)."""
+
+    at: float
+    action: str  # "stop" or "start"
+    service: str  # "switch" or "ps"
+
+
+@dataclass(frozen=True)
 class Run:
     name: str
     jobs: tuple[Job, ...]
@@ -89,6 +100,7 @@ class Run:
     link: Link = field(default_factory=Link)
     switch: Switch = field(default_factory=Switch)
     timeout: float = 900.0  # seconds for the whole run; then everything is stopped
+    faults: tuple[Fault, ...] = ()
 
     @property
     def phases(self) -> list[list[Job]]:
@@ -137,6 +149,7 @@ def parse(document: Any, default_name: str = "run") -> Run:
     topology.done()
     switch = _switch(_Fields(top.take("switch", dict, {}), "switch"))
     timeout = top.take("timeout", float, Run.timeout, check=_between(1, 86_400))
+    faults = _faults(top.take("faults", list, []))
     raw_jobs = top.take("jobs", list, None)
     top.done()
     if not raw_jobs:
@@ -155,7 +168,28 @@ def parse(document: Any, default_name: str = "run") -> Run:
     for job in jobs:
         if job.window is not None and job.transport == "switch" and job.window > switch.pool:
             raise SpecError(f"job {job.name!r}: window {job.window} exceeds the switch's pool of {switch.pool} slots")
-    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, switch=switch, timeout=timeout)
+    if faults and not any(j.uses_aggregators for j in jobs):
+        raise SpecError("faults: stop and start the switch or the PS, which only jobs with the switch or ps transport use")
+    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, switch=switch, timeout=timeout, faults=faults)
+
+
+def _faults(items: list[Any]) -> tuple[Fault, ...]:
+    """`[{at: 20, stop: switch}, {at: 35, start: switch}]`: each service stopped before it is started again."""
+    faults, running = [], {"switch": True, "ps": True}
+    for i, item in enumerate(items):
+        fields = _Fields(item, f"faults[{i}]")
+        at = fields.take("at", float, None, check=_between(0, 86_400))
+        stop, start = (fields.take(action, str, None, check=_one_of(("switch", "ps"))) for action in ("stop", "start"))
+        fields.done()
+        if at is None or (stop is None) == (start is None):
+            raise SpecError(f"faults[{i}]: give 'at' (seconds after the jobs begin training) and one of 'stop' or 'start' (switch or ps)")
+        service = stop or start
+        if running[service] != (stop is not None) or (faults and at < faults[-1].at):
+            raise SpecError(f"faults[{i}]: {'stop' if stop else 'start'} {service} at {at:g} s: faults come in time order, "
+                            f"and each service is stopped before it is started again")  # fmt: skip
+        running[service] = start is not None
+        faults.append(Fault(at, "stop" if stop else "start", service))
+    return tuple(faults)
 
 
 def _switch(fields: _Fields) -> Switch:
@@ -199,6 +233,8 @@ def _job(fields: _Fields, index: int) -> Job:
         priority_cap=fields.take("priority_cap", int, Job.priority_cap, check=_between(0, 255)),
         window=fields.take("window", int, None, check=_between(1, 65536)),
         min_rto=fields.take("min_rto", float, Job.min_rto, check=_between(0.001, 10)),
+        failover=fields.take("failover", float, None, check=_between(0, 60)),
+        failback=fields.take("failback", float, Job.failback, check=_between(0, 86_400)),
         phase=fields.take("phase", int, Job.phase, check=_between(0, 1000)),
         eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
         seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
@@ -208,7 +244,7 @@ def _job(fields: _Fields, index: int) -> Job:
     if job.batch % job.workers:
         raise SpecError(f"{fields.where}.batch: {job.batch} is not divisible by its {job.workers} workers")
     if job.hook != "thc":
-        for option in ("transport", "priority", "window", "min_rto"):
+        for option in ("transport", "priority", "window", "min_rto", "failover", "failback"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
     if job.hook == "powersgd" and job.warm_up < 2:

@@ -66,6 +66,8 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
     options: dict[str, Any] = {}
     if job.transport != "collective":
         options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
+        if job.transport == "switch":
+            options |= {"failover": job.failover, "failback": job.failback}
         if job.priority is not None:
             options["policy"] = FixedPriority(job.priority)
     transport = create_transport(job.transport, None, **options)
@@ -126,7 +128,7 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         transport = getattr(state, "transport", None)
         summary.update(accuracy=accuracy, final_loss=loss.item(), parameters=parameters,
                        params_sha256=hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
-                       job_id=getattr(transport, "job", None))  # fmt: skip
+                       job_id=getattr(transport, "job", None), transport_counters=getattr(transport, "counters", {}))  # fmt: skip
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -259,6 +259,11 @@ class _UdpTransport(Transport):
         return self._engine
 
     @property
+    def counters(self) -> dict[str, int]:
+        """The engine's counters (sent, resent, delivered, failovers, failbacks, ...); empty before `attach`."""
+        return dict(self._engine.counters) if self._engine is not None else {}
+
+    @property
     def path(self) -> str:
         """Where this worker's DATA goes now: "switch", or "ps" (PS-only, or after a failover)."""
         return "ps" if self._switch is None or self._moves[0] > self._moves[1] else "switch"
