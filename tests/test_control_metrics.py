@@ -4,6 +4,7 @@ named by the API and by `ina top`."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -52,6 +53,12 @@ def _train(rank: int, workers: int, options: dict, transport: str, steps: int, s
     return loss_on(model, x, y).item()
 
 
+def _train_with_token(rank: int, workers: int, token: str, *args) -> float:
+    """`_train` in a worker whose environment holds the token (a forkserver started earlier has not got it)."""
+    os.environ["INA_TOKEN"] = token
+    return _train(rank, workers, *args)
+
+
 def _meet(folder: Path, jobs: int, workers: int, rank: int) -> None:
     if rank == 0:
         (folder / f"job-of-{workers}").touch()
@@ -86,14 +93,13 @@ def _check_counters(client: ControlClient, role: str) -> dict[str, float]:
     return scraped
 
 
-def test_metrics_of_a_live_switch_and_ps_equal_their_counters_during_two_jobs(monkeypatch, tmp_path):
-    monkeypatch.setenv("INA_TOKEN", OPERATOR_TOKEN)  # the workers' token, as INA_TOKEN_FILE would give it
+def test_metrics_of_a_live_switch_and_ps_equal_their_counters_during_two_jobs(tmp_path):
     with LocalAggregators(access=Access(OPERATOR_TOKEN), pool=16) as aggregators:
         options = {name: aggregators.options(name) for name in ("switch", "ps")}
         clients = {role: ControlClient(*server.control_address, token=OPERATOR_TOKEN)
                    for role, server in (("switch", aggregators.switch), ("ps", aggregators.ps))}  # fmt: skip
-        runs = [_in_background(run_workers, _train, workers, options, "switch", 60, None, 0.0, (str(tmp_path), 2), timeout=120)
-                for workers in (2, 3)]  # fmt: skip
+        runs = [_in_background(run_workers, _train_with_token, workers, OPERATOR_TOKEN, options, "switch", 60, None, 0.0,
+                               (str(tmp_path), 2), timeout=120) for workers in (2, 3)]  # fmt: skip
         both_seen = False
         while any(thread.is_alive() for thread, _ in runs):
             scraped = {role: _check_counters(client, role) for role, client in clients.items()}
@@ -119,7 +125,7 @@ def test_metrics_of_a_live_switch_and_ps_equal_their_counters_during_two_jobs(mo
         assert aggregators.switch.control.counters()["control_unauthorized"] == 2
 
 
-def test_a_slow_rank_is_named_by_the_api_and_by_ina_top(monkeypatch, capsys):
+def test_a_slow_rank_is_named_by_the_api_and_by_ina_top(capsys):
     with LocalAggregators(pool=16) as aggregators:
         options = {name: aggregators.options(name) for name in ("switch", "ps")}
         thread, out = _in_background(run_workers, _train, 3, options, "switch", 80, 2, 0.15, timeout=180)

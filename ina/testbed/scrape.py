@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         services = {}
         for text in args.services:
             role, _, address = text.partition("=")
-            services[role] = ControlClient(*parse_address(address, role), timeout=max(args.interval, 1.0))
+            services[role] = ControlClient(*parse_address(address, role), timeout=max(args.interval, 2.0))
         if not args.interval > 0:
             raise ValueError("--interval must be positive")
     except ValueError as error:
