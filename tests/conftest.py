@@ -107,3 +107,43 @@ def train(
         optimizer.zero_grad()
         loss_on(ddp, x[batch], y[batch]).backward()
         optimizer.step()
+
+
+def train_until_an_aggregator_dies(rank: int, workers: int, transport: str, steps: int, stop_at: int,
+                                   stop: str, **settings) -> tuple[str, str, float]:  # fmt: skip
+    """Rank 0 hosts a switch and a PS and stops one (`stop`: "switch" or "ps") before step `stop_at`
+    of THC training through `transport` (THCState `settings`); the error each rank met (kind, message)
+    and how long after the stop."""
+    import time
+
+    import torch.distributed as dist
+
+    from ina import thc_hook
+
+    local = LocalAggregators() if rank == 0 else None
+    box = [local.options(transport) if local else None]
+    dist.broadcast_object_list(box, src=0)
+    x, y = regression_problem()
+    model = mlp()
+    ddp = DistributedDataParallel(model)
+    state = THCState(start_iter=1, transport=create_transport(transport, None, peer_timeout=1.0, failover=0, **box[0]), **settings)
+    ddp.register_comm_hook(state, thc_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    stopped = time.monotonic()
+    try:
+        for step in range(steps):
+            if step == stop_at:
+                if local:
+                    getattr(local, stop).close()
+                stopped = time.monotonic()
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+    except Exception as error:  # noqa: BLE001 - reported to the test
+        return type(error).__name__, str(error), time.monotonic() - stopped
+    finally:
+        state.transport.close()
+        if local:
+            local.close()
+    return "no error", "", time.monotonic() - stopped

@@ -4,17 +4,16 @@ Each worker process gets its node from torchrun's variables (GROUP_RANK, LOCAL_W
 before its THCState is built; the software switch and PS run in the test process.
 """
 import os
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import FakeGroup, loss_on, mlp, regression_problem, shard, thc_state
+from conftest import FakeGroup, loss_on, mlp, regression_problem, shard, thc_state, train_until_an_aggregator_dies
 from torch.nn.parallel import DistributedDataParallel
 
 from ina import THCState, thc_hook
 from ina.compression import THCCodec, THCConfig
-from ina.launch import LocalAggregators, run_workers
+from ina.launch import run_workers
 from ina.transport.errors import TransportError
 from ina.transport.hierarchy import HierarchicalTransport, Layout, node_name, sums_by_node
 from ina.transport.udp import PSTransport, SwitchTransport
@@ -144,33 +143,7 @@ def test_two_level_training_through_every_transport_is_bit_identical_to_the_flat
 def _train_until_the_switch_dies(rank: int, workers: int) -> tuple[str, str, float]:
     """2 nodes of 2 ranks without failover to the PS; rank 0 hosts the switch and PS and stops the switch at step 4."""
     _emulate_nodes(rank, 2, False, workers)
-    local = LocalAggregators() if rank == 0 else None
-    box = [local.options("switch") if local else None]
-    dist.broadcast_object_list(box, src=0)
-    x, y = regression_problem()
-    model = mlp()
-    ddp = DistributedDataParallel(model)
-    state = THCState(start_iter=1, transport=SwitchTransport(peer_timeout=1.0, failover=0, **box[0]), hierarchy="node")
-    ddp.register_comm_hook(state, thc_hook)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    stopped = time.monotonic()
-    try:
-        for step in range(8):
-            if step == 4:
-                if local:
-                    local.switch.close()
-                stopped = time.monotonic()
-            batch = shard(step, rank, workers)
-            optimizer.zero_grad()
-            loss_on(ddp, x[batch], y[batch]).backward()
-            optimizer.step()
-    except Exception as error:  # noqa: BLE001 - reported to the test
-        return type(error).__name__, str(error), time.monotonic() - stopped
-    finally:
-        state.transport.close()
-        if local:
-            local.close()
-    return "no error", "", time.monotonic() - stopped
+    return train_until_an_aggregator_dies(rank, workers, "switch", 8, 4, "switch", hierarchy="node")
 
 
 def test_a_dead_switch_stops_every_rank_of_every_node_with_a_transport_error():

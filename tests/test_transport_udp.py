@@ -10,12 +10,12 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import UDP_TRANSPORTS, loss_on, mlp, regression_problem, shard, thc_state, train
+from conftest import UDP_TRANSPORTS, loss_on, mlp, regression_problem, shard, thc_state, train, train_until_an_aggregator_dies
 from torch.nn.parallel import DistributedDataParallel
 
 from ina import THCState, thc_hook
 from ina.compression import THCCodec, THCConfig, sum_lane_bits
-from ina.launch import LocalAggregators, run_workers
+from ina.launch import run_workers
 from ina.net.native import DISABLE
 from ina.transport import create_transport
 from ina.transport.collective import CollectiveTransport
@@ -117,34 +117,8 @@ def test_ddp_training_through_the_switch_and_the_ps_ends_at_the_collective_loss(
 
 
 def _train_until_the_aggregator_dies(rank: int, workers: int, transport: str) -> tuple[str, str, float]:
-    """Rank 0 hosts the switch and the PS and stops one of them at step 5; every rank reports its error."""
-    local = LocalAggregators() if rank == 0 else None
-    box = [local.options(transport) if local else None]
-    dist.broadcast_object_list(box, src=0)
-    x, y = regression_problem()
-    model = mlp()
-    ddp = DistributedDataParallel(model)
-    state = THCState(start_iter=1, transport=create_transport(transport, None, peer_timeout=1.0, failover=0, **box[0]))
-    ddp.register_comm_hook(state, thc_hook)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    stopped = time.monotonic()
-    try:
-        for step in range(10):
-            if step == 5:
-                if local:
-                    (local.switch if transport == "switch" else local.ps).close()
-                stopped = time.monotonic()
-            batch = shard(step, rank, workers)
-            optimizer.zero_grad()
-            loss_on(ddp, x[batch], y[batch]).backward()
-            optimizer.step()
-    except Exception as error:  # noqa: BLE001 - reported to the test
-        return type(error).__name__, str(error), time.monotonic() - stopped
-    finally:
-        state.transport.close()
-        if local:
-            local.close()
-    return "no error", "", time.monotonic() - stopped
+    """Rank 0 hosts the switch and the PS and stops the one the transport sends to at step 5; every rank reports its error."""
+    return train_until_an_aggregator_dies(rank, workers, transport, 10, 5, "switch" if transport == "switch" else "ps")
 
 
 @pytest.mark.parametrize("transport", UDP_TRANSPORTS)
