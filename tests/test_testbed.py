@@ -196,3 +196,27 @@ def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing
     counters = json.loads((out / "results.json").read_text())["counters"]["esa"]
     assert counters["switch"]["completed"] > 0 and counters["switch.1"]["completed"] > 0  # both switch instances aggregated
     assert_nothing_left(out, interfaces)
+
+
+@needs_testbed
+def test_two_ranks_on_each_host_sum_inside_the_host_first_and_train_as_the_flat_collective(tmp_path):
+    """A host of several ranks is a multi-GPU node: hierarchy 'auto' sums its ranks first, so the
+    switch sees one worker per host, and the job ends with the flat collective job's parameters."""
+    import torch
+
+    run = {"name": "nodes", "topology": {"workers": 6, "link": {"bw": 100}}, "timeout": 300,
+           "jobs": [{"name": "flat", "workers": 4, "hosts": [0, 1, 2, 3], "steps": 20, "hook": "thc", "transport": "collective"},
+                    {"name": "nodes", "workers": 4, "hosts": [4, 4, 5, 5], "steps": 20, "hook": "thc", "transport": "switch"}]}  # fmt: skip
+    path = tmp_path / "nodes.yaml"
+    path.write_text(json.dumps(run))
+    out, interfaces = tmp_path / "out", root_interfaces()
+    done = ina_testbed(str(path), "--out", str(out))
+    printed, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, printed
+    a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("flat", "nodes"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    job = json.loads((out / "esa" / "nodes" / "summary.json").read_text())["job_id"]
+    scrapes = [json.loads(line) for line in (out / "esa" / "metrics.jsonl").read_text().splitlines()]
+    workers = {name for s in scrapes if s.get("role") == "switch" for name in s["samples"] if name.startswith("ina_switch_job_info")}
+    assert workers and all(f'job="{job}"' in name and 'workers="2"' in name for name in workers), workers  # one per host
+    assert_nothing_left(out, interfaces)

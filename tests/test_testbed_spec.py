@@ -45,7 +45,7 @@ def test_defaults_and_phases():
         ({"jobs": [{"hook": "fp16", "transport": "switch"}]}, "jobs[0].transport: only thc jobs take it"),
         ({"jobs": [{"name": "x"}, {"name": "x"}]}, "the name 'x' is used twice"),
         ({"jobs": [{"workers": 3}]}, "jobs[0].batch: 64 is not divisible by its 3 workers"),
-        ({"jobs": [{"workers": 2, "hosts": [1, 1]}]}, "jobs[0].hosts: [1, 1]: give 2 distinct"),
+        ({"jobs": [{"workers": 3, "hosts": [1, 1]}]}, "jobs[0].hosts: [1, 1]: give 3 worker host numbers"),
         ({"jobs": [{"workers": 2}], "topology": {"workers": 1}}, "topology.workers: 1 worker hosts"),
         ({"jobs": [{"hook": "powersgd", "warm_up": 1}]}, "powersgd needs at least 2 steps"),
         ({"jobs": [{"bits": 4, "granularity": 10}]}, "jobs[0]: granularity must be in 15..255"),

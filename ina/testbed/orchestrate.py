@@ -196,7 +196,9 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
         for rank, host in enumerate(job.hosts):
             endpoint = network.workers[host]
             env = base_environment(run.link.loss > 0)
-            env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK="0",
+            on_host = [r for r, h in enumerate(job.hosts) if h == host]  # several ranks on a host: one multi-GPU node
+            env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK=str(on_host.index(rank)),
+                       LOCAL_WORLD_SIZE=str(len(on_host)), INA_NODE=f"host{host}",
                        MASTER_ADDR=network.workers[job.hosts[0]].ip, MASTER_PORT=str(MASTER_PORT + run.jobs.index(job)),
                        GLOO_SOCKET_IFNAME=endpoint.interface, INA_BIND=endpoint.ip)  # fmt: skip
             if job.uses_aggregators:

@@ -51,7 +51,8 @@ class Switch:
 class Job:
     name: str
     workers: int = 4
-    hosts: tuple[int, ...] = ()  # worker host of each rank; default 0..workers-1 (and workers defaults to len(hosts))
+    hosts: tuple[int, ...] = ()  # worker host of each rank (a host of several ranks: a multi-GPU node); default 0..workers-1
+    hierarchy: str = "auto"  # thc: "node" sums a host's ranks first (docs/transport.md, "Two levels"), "flat" never, "auto" when a host has several
     hidden: tuple[int, ...] = (256,)  # the MLP's hidden layer widths
     data: str = "digits"
     steps: int = 60
@@ -210,8 +211,8 @@ def _job(fields: _Fields, index: int) -> Job:
     given_hosts = fields.take("hosts", list, None)
     workers = fields.take("workers", int, len(given_hosts) if given_hosts else Job.workers, check=_between(1, 64))
     hosts = tuple(given_hosts if given_hosts is not None else range(workers))
-    if len(hosts) != workers or any(not isinstance(h, int) or h < 0 for h in hosts) or len(set(hosts)) != len(hosts):
-        raise SpecError(f"{fields.where}.hosts: {list(hosts)}: give {workers} distinct worker host numbers (0, 1, ...), one per rank")
+    if len(hosts) != workers or any(not isinstance(h, int) or h < 0 for h in hosts):
+        raise SpecError(f"{fields.where}.hosts: {list(hosts)}: give {workers} worker host numbers (0, 1, ...), one per rank")
     model = _Fields(fields.take("model", dict, {}), f"{fields.where}.model")
     hidden = model.take("hidden", list, list(Job.hidden))
     if not hidden or any(not isinstance(h, int) or not 1 <= h <= 65536 for h in hidden):
@@ -235,6 +236,7 @@ def _job(fields: _Fields, index: int) -> Job:
         min_rto=fields.take("min_rto", float, Job.min_rto, check=_between(0.001, 10)),
         failover=fields.take("failover", float, None, check=_between(0, 60)),
         failback=fields.take("failback", float, Job.failback, check=_between(0, 86_400)),
+        hierarchy=fields.take("hierarchy", str, Job.hierarchy, check=_one_of(("auto", "node", "flat"))),
         phase=fields.take("phase", int, Job.phase, check=_between(0, 1000)),
         eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
         seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
@@ -244,7 +246,7 @@ def _job(fields: _Fields, index: int) -> Job:
     if job.batch % job.workers:
         raise SpecError(f"{fields.where}.batch: {job.batch} is not divisible by its {job.workers} workers")
     if job.hook != "thc":
-        for option in ("transport", "priority", "window", "min_rto", "failover", "failback"):
+        for option in ("transport", "priority", "window", "min_rto", "failover", "failback", "hierarchy"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
     if job.hook == "powersgd" and job.warm_up < 2:

@@ -72,7 +72,8 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
             options["policy"] = FixedPriority(job.priority)
     transport = create_transport(job.transport, None, **options)
     granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
-    state = THCState(bits=job.bits, granularity=granularity, start_iter=job.warm_up, transport=transport, seed=job.seed)
+    state = THCState(bits=job.bits, granularity=granularity, start_iter=job.warm_up, transport=transport, seed=job.seed,
+                     hierarchy=job.hierarchy)  # fmt: skip
     ddp.register_comm_hook(state, thc_hook)
     return state
 
@@ -126,6 +127,7 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         torch.save(model.state_dict(), out / "params.pt")
         transport = getattr(state, "transport", None)
+        transport = getattr(transport, "inner", transport)  # two levels: rank 0 leads its node, through the inner transport
         summary.update(accuracy=accuracy, final_loss=loss.item(), parameters=parameters,
                        params_sha256=hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
                        job_id=getattr(transport, "job", None), transport_counters=getattr(transport, "counters", {}))  # fmt: skip
