@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
                     time.sleep(args.interval)
             console.print(screen)
             return 0
+        print(f"ina top: reading {', '.join(s.role + ' ' + s.address for s in services)} every {args.interval:g} s; Ctrl-C quits",
+              file=sys.stderr, flush=True)  # fmt: skip
         with Live(frame(), console=console, screen=console.is_terminal, auto_refresh=False) as live:
             while True:
                 time.sleep(args.interval)

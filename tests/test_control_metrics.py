@@ -175,9 +175,11 @@ def test_ina_top_runs_live_until_ctrl_c_and_exits_cleanly():
         switch_address, ps_address = ("%s:%d" % server.control_address for server in (aggregators.switch, aggregators.ps))
         top = subprocess.Popen([sys.executable, "-m", "ina.cli", "top", "--switch", switch_address, "--ps", ps_address, "--interval", "0.2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(3)  # started, and refreshed a few times
+        started = top.stderr.readline()  # once it reads the services
+        assert started.startswith("ina top: reading switch"), started
+        time.sleep(1)  # a few refreshes
         assert top.poll() is None
         top.send_signal(signal.SIGINT)
-        out, err = top.communicate(timeout=10)
+        out, err = top.communicate(timeout=30)
     assert top.returncode == 0 and "Traceback" not in err, err
     assert "pool: 0 of 64 slots held" in out, out

@@ -194,7 +194,8 @@ def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing
     a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("collective", "switch"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     counters = json.loads((out / "results.json").read_text())["counters"]["esa"]
-    assert counters["switch"]["completed"] > 0 and counters["switch.1"]["completed"] > 0  # both switch instances aggregated
+    assert counters["switch.1"]["completed"] > 0  # the instance the fault stopped had aggregated (the restarted one
+    # does once every rank is back, if training lasts that long)
     assert_nothing_left(out, interfaces)
 
 
