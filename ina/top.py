@@ -10,6 +10,7 @@ such and retried, never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -142,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ina top: {error}", file=sys.stderr)
         return 2
     console = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)  # a log or a pipe: no wrapped rows
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C quits, even where our parent ignored it
     before: dict[str, Reading] = {}
 
     def frame() -> Group:

@@ -177,8 +177,8 @@ def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing
 
     run = {"name": "failover", "topology": {"workers": 4, "link": {"bw": 100}}, "timeout": 300,
            "faults": [{"at": 3, "stop": "switch"}, {"at": 7, "start": "switch"}],
-           "jobs": [{"name": "collective", "workers": 2, "hosts": [0, 1], "steps": 400, "hook": "thc", "transport": "collective"},
-                    {"name": "switch", "workers": 2, "hosts": [2, 3], "steps": 400, "hook": "thc", "transport": "switch",
+           "jobs": [{"name": "collective", "workers": 2, "hosts": [0, 1], "steps": 1200, "hook": "thc", "transport": "collective"},
+                    {"name": "switch", "workers": 2, "hosts": [2, 3], "steps": 1200, "hook": "thc", "transport": "switch",
                      "failover": 0.5, "failback": 2}]}  # fmt: skip
     path = tmp_path / "failover.yaml"
     path.write_text(json.dumps(run))
@@ -190,7 +190,8 @@ def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing
     events = json.loads((out / "esa" / "faults.json").read_text())
     assert [(e["action"], e["service"]) for e in events] == [("stop", "switch"), ("start", "switch")]
     summary = json.loads((out / "esa" / "switch" / "summary.json").read_text())
-    assert summary["transport_counters"]["failovers"] >= 1 and summary["transport_counters"]["failbacks"] >= 1, summary
+    counted = summary["transport_counters"]  # the Python engine counts only what happened
+    assert counted.get("failovers", 0) >= 1 and counted.get("failbacks", 0) >= 1, summary
     a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("collective", "switch"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     counters = json.loads((out / "results.json").read_text())["counters"]["esa"]
