@@ -114,6 +114,17 @@ def test_ci_run_through_the_software_switch_ends_exactly_as_the_collective_and_l
     assert_nothing_left(out, interfaces)
 
 
+def _run_to_the_end(tmp_path: Path, run: dict) -> tuple[Path, set[str], str]:
+    """`ina testbed` on `run` (a run file's document): its results folder, the root interfaces before, what it printed."""
+    path = tmp_path / f"{run['name']}.yaml"
+    path.write_text(json.dumps(run))
+    out, interfaces = tmp_path / "out", root_interfaces()
+    done = ina_testbed(str(path), "--out", str(out))
+    printed, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, printed
+    return out, interfaces, printed
+
+
 def _start_short_run(tmp_path: Path, **top) -> tuple[Path, set[str], subprocess.Popen]:
     """A run of one endless job through the switch: (its results folder, the root interfaces before, the CLI)."""
     interfaces = root_interfaces()
@@ -180,12 +191,7 @@ def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing
            "jobs": [{"name": "collective", "workers": 2, "hosts": [0, 1], "steps": 1200, "hook": "thc", "transport": "collective"},
                     {"name": "switch", "workers": 2, "hosts": [2, 3], "steps": 1200, "hook": "thc", "transport": "switch",
                      "failover": 0.5, "failback": 2}]}  # fmt: skip
-    path = tmp_path / "failover.yaml"
-    path.write_text(json.dumps(run))
-    out, interfaces = tmp_path / "out", root_interfaces()
-    done = ina_testbed(str(path), "--out", str(out))
-    printed, _ = done.communicate(timeout=300)
-    assert done.returncode == 0, printed
+    out, interfaces, printed = _run_to_the_end(tmp_path, run)
     assert "stop switch at" in printed and "start switch at" in printed, printed
     events = json.loads((out / "esa" / "faults.json").read_text())
     assert [(e["action"], e["service"]) for e in events] == [("stop", "switch"), ("start", "switch")]
@@ -209,12 +215,7 @@ def test_two_ranks_on_each_host_sum_inside_the_host_first_and_train_as_the_flat_
     run = {"name": "nodes", "topology": {"workers": 6, "link": {"bw": 100}}, "timeout": 300,
            "jobs": [{"name": "flat", "workers": 4, "hosts": [0, 1, 2, 3], "steps": 20, "hook": "thc", "transport": "collective"},
                     {"name": "nodes", "workers": 4, "hosts": [4, 4, 5, 5], "steps": 20, "hook": "thc", "transport": "switch"}]}  # fmt: skip
-    path = tmp_path / "nodes.yaml"
-    path.write_text(json.dumps(run))
-    out, interfaces = tmp_path / "out", root_interfaces()
-    done = ina_testbed(str(path), "--out", str(out))
-    printed, _ = done.communicate(timeout=300)
-    assert done.returncode == 0, printed
+    out, interfaces, printed = _run_to_the_end(tmp_path, run)
     a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("flat", "nodes"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     job = json.loads((out / "esa" / "nodes" / "summary.json").read_text())["job_id"]
