@@ -23,6 +23,8 @@ from ina.control.jobs import FIELDS, JobSpec
 from ina.control.policy import OPEN, OPERATOR, Principal, acting_as, check_owner, grant
 
 logger = logging.getLogger("ina.control")
+changes = logging.getLogger("ina.control.jobs")
+"""Every change to the job table, at INFO: the services print it (`log_job_changes`), an audit trail."""
 
 DEFAULT_LEASE = 60.0
 """Seconds a registration lives without renewal."""
@@ -189,6 +191,7 @@ class Registrar:
                 except ValueError as error:
                     raise ValueError(f"--state {self.store.path}: job {job.spec.job} cannot be restored: {error}") from None  # type: ignore[union-attr]
                 self.leases.grant(job.spec.job, now)
+                changes.info("job %d restored from %s: %d workers", job.spec.job, self.store.path, len(job.spec.workers))  # type: ignore[union-attr]
         return len(saved)
 
     def register(self, caller: Principal, spec: JobSpec, now: float) -> dict[str, Any]:
@@ -198,6 +201,7 @@ class Registrar:
                 answer = self.target.register(spec)
             self.leases.grant(spec.job, now)
             self._save()
+        changes.info("job %d registered by %s: %d workers, priority cap %d", spec.job, caller.name or "anyone", len(spec.workers), spec.priority_cap)
         answer |= {"lease": self.leases.lease}
         return answer if caller.tenant is None else answer | {"priority_cap": spec.priority_cap}
 
@@ -210,6 +214,7 @@ class Registrar:
                 self.target.deregister(job)
             self.leases.drop(job)
             self._save()
+        changes.info("job %d deregistered by %s", job, caller.name or "anyone")
 
     def renew(self, caller: Principal, job: int, now: float) -> dict[str, Any] | None:
         """The renewed lease, or None for a job not registered here."""
@@ -230,7 +235,7 @@ class Registrar:
                     continue
                 with acting_as(OPERATOR):
                     self.target.deregister(job)
-                logger.warning("job %d: no renewal of its %g s lease, so its workers are gone: removed", job, self.leases.lease)
+                changes.warning("job %d: no renewal of its %g s lease, so its workers are gone: removed", job, self.leases.lease)
                 gone.append(job)
             if gone:
                 self.expired += len(gone)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 from ina.control.auth import ALLOW_UNAUTHENTICATED, SCRAPE_TOKEN_FILE, TENANTS, Access
 from ina.control.credentials import TOKEN, TOKEN_FILE
 from ina.control.http import ControlServer
-from ina.control.registry import DEFAULT_LEASE, JobStore, Leases, Registry
+from ina.control.registry import DEFAULT_LEASE, JobStore, Leases, Registry, changes
 from ina.control.tls import CA_FILE, server_context
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
@@ -130,6 +131,7 @@ def access_from_args(args: argparse.Namespace) -> Access:
 
 def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:
     """Build and serve until Ctrl-C or SIGTERM, then print the counters; exit status 2 on a bad configuration."""
+    log_job_changes(name)
     try:
         server = build()
     except ValueError as error:
@@ -147,3 +149,14 @@ def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any
         server.close()
     print(f"ina {name}: stopped; counters {json.dumps(counters)}", flush=True)
     return 0
+
+
+def log_job_changes(name: str) -> None:
+    """Print every change to the job table on stdout beside the banner and the counters, so that a
+    service's log says which jobs it served (a short job can come and go between two scrapes)."""
+    if not changes.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter(f"ina {name}: %(message)s"))
+        changes.addHandler(handler)
+        changes.setLevel(logging.INFO)
+        changes.propagate = False

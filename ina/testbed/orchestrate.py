@@ -15,6 +15,7 @@ import json
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -128,13 +129,14 @@ class _Services:
         self.running: dict[str, Service] = {}
         self.events: list[dict[str, Any]] = []
         self.counted: dict[str, list[dict[str, Any]]] = {"switch": [], "ps": []}  # of instances stopped by faults
+        self.starts: Counter[str] = Counter()
         for name in ("ps", "switch"):  # BMv2 may compile the P4 program first (cached afterwards)
             self.start(name)
 
     def start(self, name: str) -> None:
         node, command = self.commands[name]
-        starts = sum(e["service"] == name and e["action"] == "start" for e in self.events)
-        log = self.folder / (f"{name}.log" if not starts else f"{name}.{starts + 1}.log")
+        self.starts[name] += 1  # a restarted instance's log beside its predecessor's: switch.log, switch.2.log, ...
+        log = self.folder / (f"{name}.log" if self.starts[name] == 1 else f"{name}.{self.starts[name]}.log")
         state = ["--state", str(self.folder / f"{name}.state.json")]
         service = self.processes.start(name, node, ina_command(*command, *state), log, self.env, service=True)
         service.wait_ready(max(1.0, min(900.0, self.deadline - time.monotonic())))

@@ -113,10 +113,11 @@ def occupancy(path: Path) -> dict[int, list[tuple[float, float]]]:
 
 
 def plot_occupancy(out: Path, rounds: list[str], names: dict[tuple[str, int | None], str]) -> list[str]:
-    """Slots held per job against time, one panel per switch policy side by side (none without scrapes or matplotlib)."""
-    held = {policy: occupancy(out / policy / METRICS) for policy in rounds}
-    if not any(held.values()):
+    """Slots held per job against time, one panel per switch policy side by side (none without scrapes or
+    matplotlib). A panel says so when no scrape caught a job registered: a short job can fit between two."""
+    if not any((out / policy / METRICS).exists() for policy in rounds):
         return []
+    held = {policy: occupancy(out / policy / METRICS) for policy in rounds}
     try:
         import matplotlib
 
@@ -129,7 +130,10 @@ def plot_occupancy(out: Path, rounds: list[str], names: dict[tuple[str, int | No
         for job, points in sorted(held[policy].items()):
             ax.step([t for t, _ in points], [v for _, v in points], where="post", label=names.get((policy, job), f"job {job}"))
         ax.set(xlabel="seconds since the switch started", title=f"{policy}: slots held per job")
-        ax.legend(fontsize="small")
+        if held[policy]:
+            ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no scrape caught a job registered", transform=ax.transAxes, ha="center")
     axes[0][0].set_ylabel("aggregator slots held (sampled)")
     return [_save(figure, out / "slot_occupancy.png")]
 
