@@ -6,7 +6,7 @@ Annotations here stay real objects (no ``from __future__ import annotations``): 
 """
 import logging
 import math
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -15,6 +15,7 @@ from ina.compression import THCCodec, THCConfig, move_to_huge_pages
 from ina.layout import BucketLayouts
 from ina.transport import create_transport
 from ina.transport.base import Transport
+from ina.transport.fallback import FALLBACKS, checked_fallback, with_fallback
 from ina.transport.hierarchy import arrange, checked_hierarchy
 
 __all__ = ["THCState", "thc_hook"]
@@ -60,6 +61,13 @@ class THCState:
             Ranks are grouped by INA_NODE, else torchrun's GROUP_RANK, else the host name
             (:class:`ina.transport.hierarchy.HierarchicalTransport`; docs/transport.md, "Two levels").
             ``transport.bytes_sent`` then counts what leaves a node: its leader's bytes, 0 elsewhere.
+        fallback: where a job through the switch or the PS goes when they stop answering, in order:
+            ``"ps"``, the switch's chunks go to the PS (and back to the switch once it answers again);
+            ``"collective"``, every reduction goes over torch.distributed once the PS is silent too
+            (:class:`ina.transport.fallback.CollectiveFallback`). Both exact. ``()``: neither, so a dead
+            aggregator ends training with a TransportError within ``peer_timeout``.
+            :attr:`paths` lists the iterations at which the path changed (docs/transport.md,
+            "When something dies").
 
     The process group, the transport and the codec are not pickled; unpickling binds the
     default group and a fresh collective transport (set ``process_group`` and ``transport``
@@ -86,11 +94,13 @@ class THCState:
         "start_iter",
         "min_compression_elements",
         "hierarchy",
+        "fallback",
         # Progress and memory, pickled with the state.
         "iteration",
         "error_dict",
         "plain_bytes",
         "layouts",
+        "paths",
         # Where the buckets seen so far start (data pointers): each moves to huge pages once.
         "bucket_memory",
     )
@@ -110,6 +120,7 @@ class THCState:
         min_compression_elements: int = 1024,
         transport: Union[str, Transport] = "collective",
         hierarchy: str = "auto",
+        fallback: Sequence[str] = FALLBACKS,
     ) -> None:
         self.config = THCConfig(
             bits=bits, granularity=granularity, clip=clip, block_size=block_size, grid=grid
@@ -126,7 +137,9 @@ class THCState:
             )
         self.min_compression_elements = _require_int("min_compression_elements", min_compression_elements, 0)
         self.hierarchy = checked_hierarchy(hierarchy)
+        self.fallback = checked_fallback(fallback)
         self.iteration = 0
+        self.paths: list[tuple[int, str]] = []
         self.error_dict: dict[int, torch.Tensor] = {}
         self.plain_bytes = 0
         self.layouts = BucketLayouts()
@@ -143,7 +156,7 @@ class THCState:
         self.bucket_memory: set[int] = set()
         if isinstance(transport, str):
             transport = create_transport(transport, process_group)
-        transport = arrange(transport, group, self.hierarchy)
+        transport = arrange(with_fallback(transport, self.fallback), group, self.hierarchy)
         transport.attach(self.codec, group)
         self.transport = transport
 
@@ -156,7 +169,7 @@ class THCState:
         return {slot: getattr(self, slot) for slot in self.__slots__ if slot not in self._UNPICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state = {"hierarchy": "auto", "layouts": BucketLayouts()} | state  # a state pickled before these existed
+        state = {"hierarchy": "auto", "layouts": BucketLayouts(), "fallback": FALLBACKS, "paths": []} | state  # pickled before these existed
         for slot, value in state.items():
             setattr(self, slot, value)
         logger.warning(
@@ -246,6 +259,7 @@ def _thc_mean(
 ) -> torch.futures.Future[torch.Tensor]:
     codec, transport = state.codec, state.transport
     workers, rank = group.size(), group.rank()
+    _note_path(state, round_)
     where = {"round": round_, "bucket": index}
     memory = state.error_dict.get(index) if state.error_feedback else None
     if memory is not None and memory.numel() != buffer.numel():
@@ -291,6 +305,13 @@ def _thc_mean(
     # the caller's thread (whose kernel threads are warm), not on the transport's completion thread.
     total.wait()
     return _completed(finish(total))
+
+
+def _note_path(state: THCState, round_: int) -> None:
+    """Record in ``state.paths`` the round from which reductions took a new path (switch, ps, collective)."""
+    path = getattr(state.transport, "path", None)
+    if path is not None and (not state.paths or state.paths[-1][1] != path):
+        state.paths.append((round_, path))
 
 
 def _completed(result: torch.Tensor) -> torch.futures.Future[torch.Tensor]:

@@ -53,6 +53,7 @@ def server(tmp_path_factory):
     access = Access(OPERATOR_TOKEN, Policy(write_policy(tmp_path_factory.mktemp("policy"))))
     with SwitchServer(SwitchConfig(pool=16, words=4), LOOPBACK, LOOPBACK, access=access) as s:
         s.tenant_b = access.authenticate(f"Bearer {TOKENS['b']}")
+        s.control.read_timeout = 1.0  # a body shorter than its Content-Length is refused before the client gives up
         yield s
 
 

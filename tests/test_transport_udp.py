@@ -188,7 +188,7 @@ def _train_through_a_switch_that_dies_and_comes_back(rank: int, workers: int, st
             if name == "switch" and step >= 12:
                 time.sleep(0.1)  # time for the fail-back to come due
         final[name] = [p.detach().clone() for p in model.parameters()]
-        counters = state.transport._running().counters if name == "switch" else {}
+        counters = state.transport.counters if name == "switch" else {}
         path = state.transport.path if name == "switch" else None
         dist.barrier()
         state.transport.close()

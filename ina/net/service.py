@@ -8,12 +8,13 @@ life cycle around it: serve until Ctrl-C or SIGTERM, then print the counters.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ina.control.auth import ALLOW_UNAUTHENTICATED, SCRAPE_TOKEN_FILE, TENANTS, Access
@@ -131,7 +132,11 @@ def access_from_args(args: argparse.Namespace) -> Access:
 
 def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:
     """Build and serve until Ctrl-C or SIGTERM, then print the counters; exit status 2 on a bad configuration."""
-    log_job_changes(name)
+    with log_job_changes(name):
+        return _serve(name, build, describe)
+
+
+def _serve(name: str, build: Callable[[], Service], describe: Callable[[Any], str]) -> int:
     try:
         server = build()
     except ValueError as error:
@@ -151,12 +156,18 @@ def run_service(name: str, build: Callable[[], Service], describe: Callable[[Any
     return 0
 
 
-def log_job_changes(name: str) -> None:
-    """Print every change to the job table on stdout beside the banner and the counters, so that a
-    service's log says which jobs it served (a short job can come and go between two scrapes)."""
-    if not changes.handlers:
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter(f"ina {name}: %(message)s"))
-        changes.addHandler(handler)
-        changes.setLevel(logging.INFO)
-        changes.propagate = False
+@contextlib.contextmanager
+def log_job_changes(name: str) -> Iterator[None]:
+    """Print every change to the job table on stdout beside the banner and the counters while the
+    service runs, so that its log says which jobs it served (a short job can come and go between two
+    scrapes)."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(f"ina {name}: %(message)s"))
+    changes.addHandler(handler)
+    changes.setLevel(logging.INFO)
+    changes.propagate = False
+    try:
+        yield
+    finally:
+        changes.removeHandler(handler)
+        changes.propagate = True

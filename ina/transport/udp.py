@@ -30,12 +30,13 @@ import torch.distributed as dist
 
 from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.control import Endpoint, JobSpec
+from ina.control.http import ControlError
 from ina.net.udp import SOCKET_BUFFER_BYTES
 from ina.protocol import MAX_WORKERS, result_words
 from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
-from ina.transport.errors import too_many_workers
+from ina.transport.errors import TransportError, too_many_workers
 from ina.transport.payload import pack_words, unpack_words
 from ina.transport.priority import PriorityPolicy
 from ina.transport.udp_engine import ServedEngine, serve_engine
@@ -133,6 +134,7 @@ class _UdpTransport(Transport):
         self._closer: Optional[weakref.finalize] = None
         self._moves = (0, 0)  # the engine's failovers and fail-backs, as last logged
         self._reductions = 0  # submitted so far (a norm's MAX and a bucket's SUM each count one)
+        self._attached: Optional[tuple[THCCodec, Optional[int]]] = None  # attach's codec and ranks, for reopen
 
     @property
     def words(self) -> int:
@@ -152,6 +154,7 @@ class _UdpTransport(Transport):
         if workers > self.max_workers:
             raise too_many_workers(workers, self.max_workers, nodes=ranks is not None)
         self._config, self._workers, self._ranks = config, workers, ranks or workers
+        self._attached = (codec, ranks)
         self._lane_bits = sum_lane_bits(self._ranks, config.granularity)
         self._index_bits = config.bits if self._switch is None and ranks is None else 0
         deployment: Deployment = agree(group, lambda: self._deployment(locate(self._ps, self._switch)))
@@ -259,6 +262,38 @@ class _UdpTransport(Transport):
         return self._engine
 
     @property
+    def timing(self) -> dict[str, float]:
+        """The transport's times in seconds: min_rto, max_rto, initial_rto, peer_timeout, failover, failback."""
+        return dict(self._timing)
+
+    def reachable(self) -> bool:
+        """Whether every aggregator's control API answers now (one of this worker's own requests)."""
+        try:
+            locate(self._ps, self._switch)
+        except (TransportError, ControlError) as error:
+            logger.debug("job %s: aggregators not back yet: %s", self.job, error)
+            return False
+        return True
+
+    def reopen(self, group: dist.ProcessGroup) -> None:
+        """Start again, every rank of `group` at once: the engine stops (rank 0 deregisters the job
+        wherever it is still registered), then a fresh socket, engine and registration, as `attach`
+        makes them. How a job returns from the collective fallback (`ina.transport.fallback`) to
+        aggregators that are back; TransportError on every rank if they refuse it."""
+        if self._attached is None or self._closer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached: there is nothing to reopen")
+        if self._engine is not None:  # else a reopening that was refused closed it
+            engine = self._engine
+            self._closer()
+            self._sent_before += engine.bytes_sent
+            self._engine, self._moves = None, (0, 0)
+        self.attach(self._attached[0], group, self._attached[1])
+
+    def keep_to_the_switch(self) -> None:
+        """Never fail over to the PS (THCState's ``fallback`` without "ps"); before `attach`."""
+        self._timing["failover"] = 0.0
+
+    @property
     def counters(self) -> dict[str, int]:
         """The engine's counters (sent, resent, delivered, failovers, failbacks, ...); empty before `attach`."""
         return dict(self._engine.counters) if self._engine is not None else {}
@@ -266,7 +301,8 @@ class _UdpTransport(Transport):
     @property
     def path(self) -> str:
         """Where this worker's DATA goes now: "switch", or "ps" (PS-only, or after a failover)."""
-        return "ps" if self._switch is None or self._moves[0] > self._moves[1] else "switch"
+        counters = self.counters  # the engine's, as of now: the training thread may be waiting
+        return "ps" if self._switch is None or counters.get("failovers", 0) > counters.get("failbacks", 0) else "switch"
 
     def _note_path(self, engine: ServedEngine) -> None:
         """Log each failover and fail-back once, with the reduction it was noticed at (docs/transport.md)."""

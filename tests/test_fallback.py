@@ -1,0 +1,118 @@
+"""The collective fallback: a job whose switch and PS stop answering goes on over torch.distributed,
+bit for bit, in real gloo worker processes (rank 0 hosts the aggregators and stops them)."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import loss_on, mlp, regression_problem, shard
+from torch.nn.parallel import DistributedDataParallel
+
+from ina import THCState, thc_hook
+from ina.launch import LocalAggregators, run_workers
+from ina.transport import create_transport
+from ina.transport.fallback import checked_fallback
+
+STEPS = 24
+
+
+def _restart(local: LocalAggregators, name: str, addresses: tuple) -> None:
+    """Start `name` ("switch" or "ps") again on its `addresses` (data, control), knowing no jobs."""
+    from ina.ps.native import ps_core
+    from ina.ps.server import PSServer
+    from ina.switch import SwitchConfig
+    from ina.switch.server import SwitchServer
+
+    started = PSServer(ps_core(64), *addresses) if name == "ps" else SwitchServer(SwitchConfig(pool=64, words=64), *addresses)
+    setattr(local, name, started.start())
+
+
+def _train(rank: int, workers: int, transport: str, events: dict[int, list[tuple[str, str]]], options: dict) -> dict:
+    """THC training over the collective, then through `transport` (with its `options`) while rank 0
+    stops and starts the aggregators as `events` say before those steps; the final parameters of
+    both, and what the second run saw."""
+    local = LocalAggregators() if rank == 0 else None
+    box = [local.options(transport) if local else None]
+    addresses = {name: (server.address, server.control_address) for name, server in (("ps", local.ps), ("switch", local.switch))} \
+        if local else {}  # fmt: skip
+    dist.broadcast_object_list(box, src=0)
+    x, y = regression_problem()
+    final, seen = {}, {}
+    for name in ("collective", transport):
+        torch.manual_seed(0)
+        model = mlp()
+        chosen = "collective" if name == "collective" else \
+            create_transport(name, None, peer_timeout=20.0, failover=0.3, **options, **box[0])  # fmt: skip
+        state = THCState(start_iter=2, error_feedback=True, transport=chosen)
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(state, thc_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(STEPS):
+            for action, service in events.get(step, []) if name != "collective" and local is not None else []:
+                getattr(local, service).close() if action == "stop" else _restart(local, service, addresses[service])
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+            if name != "collective" and any(action == "start" for s in events if s <= step for action, _ in events[s]):
+                time.sleep(0.1)  # time for the fail-back to come due
+        final[name] = [p.detach().clone() for p in model.parameters()]
+        if name != "collective":
+            seen = {"paths": state.paths, "counters": state.transport.counters, "path": state.transport.path}
+        dist.barrier()
+        state.transport.close()
+    if local is not None:
+        local.close()
+    return {"final": final, **seen}
+
+
+def _same(result: dict, transport: str) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(result["final"]["collective"], result["final"][transport]))
+
+
+def test_a_ps_only_job_whose_ps_dies_goes_on_over_the_collective_bit_for_bit():
+    for result in run_workers(_train, 3, "ps", {8: [("stop", "ps")]}, {}, timeout=120):
+        assert _same(result, "ps")
+        assert result["path"] == "collective" and [p for _, p in result["paths"]] == ["ps", "collective"], result["paths"]
+        assert result["paths"][1][0] >= 8  # not before the PS died
+        counters = result["counters"]
+        assert counters["collective_fallbacks"] == 1 and counters["collective_reductions"] > 0, counters
+
+
+def test_a_switch_job_falls_over_to_the_ps_then_to_the_collective_bit_for_bit():
+    for result in run_workers(_train, 2, "switch", {6: [("stop", "switch")], 14: [("stop", "ps")]}, {}, timeout=120):
+        assert _same(result, "switch")
+        assert [p for _, p in result["paths"]] == ["switch", "ps", "collective"], result["paths"]
+        counters = result["counters"]
+        assert counters["failovers"] >= 1 and counters["collective_fallbacks"] == 1, counters
+
+
+def test_a_ps_back_after_the_fallback_takes_the_job_again_bit_for_bit():
+    events = {6: [("stop", "ps")], 12: [("start", "ps")]}
+    for result in run_workers(_train, 2, "ps", events, {"failback": 1.0}, timeout=120):
+        assert _same(result, "ps")
+        assert [p for _, p in result["paths"]] == ["ps", "collective", "ps"], result["paths"]
+        counters = result["counters"]
+        assert counters["collective_fallbacks"] == 1 and counters["collective_failbacks"] == 1, counters
+        assert counters["delivered"] > 0
+
+
+def test_a_switch_job_returns_from_the_collective_when_both_aggregators_are_back_bit_for_bit():
+    events = {5: [("stop", "switch"), ("stop", "ps")], 11: [("start", "ps"), ("start", "switch")]}
+    for result in run_workers(_train, 2, "switch", events, {"failback": 1.0}, timeout=120):
+        assert _same(result, "switch")
+        assert [p for _, p in result["paths"]][-1] == "switch" and "collective" in dict(map(reversed, result["paths"])), result
+        assert result["counters"]["collective_failbacks"] == 1, result["counters"]
+
+
+@pytest.mark.parametrize("chain", [("ps",), ("collective",), (), ("ps", "collective"), ["ps", "collective"]])
+def test_the_fallback_chain_is_checked(chain):
+    assert checked_fallback(chain) == tuple(chain)
+
+
+@pytest.mark.parametrize("chain", [("collective", "ps"), ("ps", "ps"), ("switch",), "nowhere"])
+def test_a_fallback_chain_out_of_order_or_unknown_is_refused_saying_what_is_allowed(chain):
+    with pytest.raises(ValueError, match=r"fallback must list stages of \('ps', 'collective'\) in that order"):
+        checked_fallback(chain)
+
