@@ -123,6 +123,7 @@ class CollectiveFallback(Transport):
         self._next = 0
         self._routes: list[tuple[int, str]] = [(0, "primary")]  # from which reduction each path is taken
         self._held = False
+        self._wake = threading.Event()
         self._generation = 0
         self._since_fallback = 0.0  # when the job last went to the collective
         self._earlier: Counter[str] = Counter()  # the counters of the wrapped transport's earlier engines
@@ -165,6 +166,7 @@ class CollectiveFallback(Transport):
             if self._closing:
                 return
             self._closing = True
+        self._wake.set()  # beat now, and then without pause, until every rank closes
         if self._threads:
             self._threads[0].join(self.peer_timeout + 2 * self.beat)
             if self._threads[0].is_alive():
@@ -290,7 +292,7 @@ class CollectiveFallback(Transport):
     def _beat_until_closed(self) -> None:
         group = self._groups[0]
         while True:
-            time.sleep(self.beat)
+            self._wake.wait(self.beat)
             mine = self._state(time.monotonic())
             everyone = [torch.zeros(5, dtype=torch.int64) for _ in range(group.size())]
             try:
