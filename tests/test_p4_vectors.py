@@ -94,6 +94,8 @@ def by_destination(packets: list[dict[str, str]]) -> dict[str, list[str]]:
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
 def test_bmv2_replays_a_vector_exactly(path, port, switch_for):
     vector = json.loads(path.read_text())
+    if vector["short_chunks"]:
+        pytest.skip("the P4 program parses K words a chunk: its workers pad every chunk to K (docs/protocol.md, section 2)")
     config = vector["config"]
     switch = switch_for(SwitchConfig(**config))
     _, wire = port

@@ -8,7 +8,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
 from ina.control import Endpoint, JobSpec
-from ina.protocol import HEADER_DTYPE, HEADER_LEN, INA_PORT, Flag, Header, Kind, MalformedPacket, pack_fields, parse, unpack_fields
+from ina.protocol import (HEADER_DTYPE, HEADER_LEN, INA_PORT, Flag, Header, Kind, MalformedPacket, pack_fields, parse,
+                          result_words, unpack_fields)
 from ina.protocol.header import valid_mask
 from ina.protocol.scapy_layer import INA
 
@@ -51,9 +52,11 @@ def test_scapy_dissects_ina_inside_udp_on_its_port():
     assert frame[INA].job == 7 and frame[INA].kind == Kind.FLUSH
 
 
-def _payload_words(header: Header) -> int:
-    from ina.protocol.header import payload_words
-    return payload_words(header.kind, WORDS, header.index_bits, header.lane_bits)
+def _payload_words(header: Header, chunk: int) -> int:
+    """The payload of a valid packet of this kind for a chunk of `chunk` DATA words."""
+    if header.kind == Kind.DATA:
+        return chunk
+    return result_words(chunk, header.index_bits, header.lane_bits) if header.kind in (Kind.RESULT, Kind.PARTIAL) else 0
 
 
 def _assert_parsers_agree(data: bytes) -> None:
@@ -69,10 +72,11 @@ def _assert_parsers_agree(data: bytes) -> None:
     assert bool(valid_mask(row, np.array([len(data)]), WORDS)[0]) == single
 
 
-@settings(max_examples=300)
-@given(headers, st.integers(-3, 3))
-def test_batch_validator_agrees_with_parse(header, length_error):
-    _assert_parsers_agree(header.pack(bytes(max(0, 4 * _payload_words(header) + length_error))))
+@settings(max_examples=500)
+@given(headers, st.integers(0, WORDS + 1), st.integers(-5, 5))
+def test_batch_validator_agrees_with_parse(header, chunk, length_error):
+    """Chunks of 0..K+1 words (short ones included), each length off by a few bytes too."""
+    _assert_parsers_agree(header.pack(bytes(max(0, 4 * _payload_words(header, chunk) + length_error))))
 
 
 @given(st.binary(max_size=120))
@@ -85,12 +89,25 @@ def test_parse_returns_payload_words_and_rejects_wrong_lengths():
     header = Header(Kind.DATA, job=1, seq=2, rank=5, bitmap=1 << 5, lane_bits=8)
     parsed, payload = parse(header.pack(words), WORDS)
     assert parsed == header and payload.tolist() == words.tolist()
-    with pytest.raises(MalformedPacket, match="payload words"):
-        parse(header.pack(words[:3]), WORDS)
+    assert parse(header.pack(words[:1]), WORDS)[1].tolist() == [1]  # a short chunk: a bucket's tail, a MAX
+    for wrong in (b"", words.tobytes() + bytes(4), words.tobytes()[:7]):  # none, more than K, not whole words
+        with pytest.raises(MalformedPacket, match="carries no chunk"):
+            parse(header.pack(wrong), WORDS)
+    indices = Header(Kind.RESULT, job=1, seq=2, index_bits=4, lane_bits=8, bitmap=1)
+    assert [m for m in range(12) if _parses(indices.pack(bytes(4 * m)))] == [2, 4, 6, 8]  # 8 lanes per index word
+    assert not _parses(Header(Kind.FLUSH, job=1, seq=2).pack(bytes(4)))
     with pytest.raises(MalformedPacket, match="bitmap"):
         parse(header.with_(bitmap=3).pack(words), WORDS)
     with pytest.raises(MalformedPacket, match="shorter"):
         parse(b"\xa7\x01", WORDS)
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        parse(data, WORDS)
+    except MalformedPacket:
+        return False
+    return True
 
 
 def test_packing_layout_example_from_the_spec():

@@ -10,7 +10,7 @@ from ps_support import make_core, ps_path  # noqa: F401 (ps_path: each test on b
 
 from ina.control import Endpoint, JobSpec
 from ina.net.node import Datagram
-from ina.protocol import Flag, Header, Kind, pack_fields, parse, result_words
+from ina.protocol import HEADER_LEN, Flag, Header, Kind, pack_fields, parse, result_words
 from ina.protocol.batch import VECTORIZE_FROM
 
 K = 4
@@ -313,8 +313,9 @@ def _garbage(draw, legit):
     kind = draw(st.sampled_from(["random", "truncated", "stranger", "corrupt", "other_job", "extended"]))
     if kind == "random":
         return draw(st.binary(max_size=60)), STRANGER
-    if kind == "truncated":
-        return packet[: draw(st.integers(0, len(packet) - 1))], source
+    if kind == "truncated":  # short of a header, of a whole word, or of any word at all: a whole-word cut is a short chunk
+        length = draw(st.integers(0, len(packet) - 1))
+        return packet[: length - (length > HEADER_LEN and (length - HEADER_LEN) % 4 == 0)], source
     if kind == "stranger":
         return packet, STRANGER
     if kind == "corrupt":  # magic, version, kind or reserved flags
@@ -364,9 +365,9 @@ def test_a_ps_only_job_uses_its_own_words_and_its_packets_are_checked_against_th
     header, payload = parse(out[0].data, big)
     assert (header.kind, header.job, payload.tolist()) == (Kind.RESULT, 8, expected)
     assert len(expected) == result_words(big, 4, 8) == 2 * big
-    # The PS's own K is a wrong length for job 8 (malformed); job 7 keeps the PS's K.
+    # More than job 8's K is malformed; job 7 keeps the PS's K.
     before = ps.counters()["malformed"]
-    assert ps.receive([Datagram(data(0, 1, [1, 2, 3, 4], job=8, index_bits=4, slot=0), WORKERS[0])], 0.0) == []
+    assert ps.receive([Datagram(data(0, 1, [1] * (big + 1), job=8, index_bits=4, slot=0), WORKERS[0])], 0.0) == []
     assert ps.counters()["malformed"] == before + 1 and ps.jobs()[1]["pending"] == 0
     assert len(send(ps, *[(data(r, 0, CONTRIB[r]), SWITCH) for r in range(4)])) == 4
 

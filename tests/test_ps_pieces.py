@@ -97,7 +97,7 @@ def test_index_table_matches_a_per_coordinate_reference(index_bits, lane_bits):
     count = words * (32 // index_bits)
     indices = rng.integers(0, 1 << index_bits, size=(3, count))
     payloads = np.stack([pack_fields(row, index_bits) for row in indices])
-    lanes = IndexTable(table.tolist(), index_bits, lane_bits, words).lanes(payloads)
+    lanes = IndexTable(table.tolist(), index_bits, lane_bits).lanes(payloads)
     assert lanes.shape == (3, result_words(words, index_bits, lane_bits))
     for row, got in zip(indices, lanes):
         np.testing.assert_array_equal(got, pack_fields(table[row], lane_bits))

@@ -30,7 +30,7 @@ def rig(path):
 
 def test_first_packet_claims_the_slot(rig):
     assert rig.send(rig.data(1, 0, 5, [1, 2, 3, 4], prio=7), now=2.5) == []
-    assert rig.slot_state(1, 5) == {"key": key(1, 5), "prio": 7, "bitmap": 0b001, "value": [1, 2, 3, 4],
+    assert rig.slot_state(1, 5) == {"key": key(1, 5), "prio": 7, "bitmap": 0b001, "value": [1, 2, 3, 4], "words": 4,
                                     "redirect": None, "touched": 2.5}  # fmt: skip
     assert counts(rig, "rx_packets", "claimed", "tx_packets") == {"rx_packets": 1, "claimed": 1, "tx_packets": 0}
 
@@ -231,7 +231,8 @@ def test_deregistering_removes_the_table_entry_then_every_slot_and_redirect_of_t
 
 def test_invalid_packets_are_dropped_by_reason_and_change_nothing(rig):
     ok = rig.data(1, 0, 5)
-    malformed = [ok.data[:19], b"\x00" + ok.data[1:], ok.data[:-4], ok.data + b"\0\0\0\0", rig.data(1, 0, 5, bitmap=3).data]
+    malformed = [ok.data[:19], b"\x00" + ok.data[1:], ok.data[:-3], ok.data[:20], ok.data + b"\0\0\0\0",
+                 rig.data(1, 0, 5, bitmap=3).data]  # (ok.data[:-4] is a short chunk: valid)
     unexpected = [rig.data(1, 0, 5, kind=Kind.STATUS, bitmap=0).data[:20]]
     cases = {
         "malformed": [(d, worker_addr(1, 0)) for d in malformed],

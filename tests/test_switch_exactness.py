@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from switch_support import PATHS, Rig, job_spec, path, ps_addr, worker_addr  # noqa: F401 (path: each test on both cores)
 
 from ina.net.node import Address, Datagram
-from ina.protocol import Kind, parse
+from ina.protocol import HEADER_LEN, Kind, parse
 from ina.switch import OUTCOMES
 
 SWITCH: Address = ("127.0.0.1", 47100)
@@ -189,8 +189,9 @@ def _garbage(rng: np.random.Generator, real: list[Datagram]) -> Datagram:
     if kind == 0 or not real:
         return Datagram(rng.bytes(int(rng.integers(0, 120))), ("127.0.0.1", int(rng.integers(1, 65536))))
     victim = real[int(rng.integers(0, len(real)))]
-    if kind == 1:
-        return Datagram(victim.data[: int(rng.integers(0, len(victim.data)))], victim.addr)
+    if kind == 1:  # short of a header or of a whole word (a cut at a whole word is a valid short chunk)
+        length = int(rng.integers(0, len(victim.data)))
+        return Datagram(victim.data[: length - (length > HEADER_LEN and (length - HEADER_LEN) % 4 == 0)], victim.addr)
     if kind == 2:
         return Datagram(bytes([victim.data[0] ^ 0xFF]) + victim.data[1:], victim.addr)
     return Datagram(victim.data, ("10.9.8.7", victim.addr[1]))

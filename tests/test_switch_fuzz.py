@@ -1,7 +1,7 @@
 """Differential fuzzing of the native switch against the Python reference (docs/protocol.md, section 5).
 
-Random traffic mixes real aggregation (bursts of a chunk from every worker, resends, FLUSH requests,
-idle sweeps) with hostile packets: truncated or extended valid packets, valid headers with one
+Random traffic mixes real aggregation (bursts of a chunk from every worker, of K words or fewer, resends,
+FLUSH requests, idle sweeps) with hostile packets: truncated or extended valid packets, valid headers with one
 field set to a random value (kind, job, rank, slot, lane and index bits, flags, bitmap), packets
 from foreign sources, and random bytes. Both cores get the same batches; after every batch and
 sweep their output packets (bytes, destinations, order), counters and slot registers must be
@@ -37,7 +37,8 @@ def make_rig(policy: str, path: str) -> Rig:
     return rig
 
 
-words = st.lists(st.integers(0, 2**32 - 1), min_size=WORDS, max_size=WORDS)
+short = st.integers(1, WORDS).flatmap(lambda size: st.lists(st.integers(0, 2**32 - 1), min_size=size, max_size=size))
+"""A chunk of K words or fewer (a bucket's tail, a MAX)."""
 seqs = st.one_of(st.integers(0, 17), st.integers(0, 17), st.integers(0, 17), st.integers(2**32 - 4, 2**32 - 1), st.integers(0, 2**32 - 1))
 NEAR = {"kind": range(9), "flags": range(4), "job": range(6), "rank": range(4), "priority": range(4), "slot": range(9),
         "index_bits": range(10), "lane_bits": (0, 8, 16, 32, 64), "bitmap": (0, 1, 2, 3, 4, 7)}
@@ -51,7 +52,7 @@ def valid(draw, rig: Rig) -> Datagram:
     seq = draw(seqs)
     if draw(st.integers(0, 7)) == 0:
         return rig.flush(job, seq, op_max=draw(st.booleans()))
-    return rig.data(job, draw(st.integers(0, JOBS[job] - 1)), seq, draw(words), resend=draw(st.booleans()),
+    return rig.data(job, draw(st.integers(0, JOBS[job] - 1)), seq, draw(short), resend=draw(st.booleans()),
                     prio=draw(st.integers(0, 255)), op_max=draw(st.integers(0, 4)) == 0)  # fmt: skip
 
 
@@ -95,12 +96,14 @@ def burst(draw, rig: Rig) -> list[Datagram]:
     job, seq, prio = draw(st.sampled_from(sorted(JOBS))), draw(st.one_of(st.integers(0, 7), seqs)), draw(st.integers(0, 255))
     op_max = draw(st.integers(0, 4)) == 0
     ranks = range(JOBS[job]) if draw(st.booleans()) else sorted(draw(st.sets(st.integers(0, JOBS[job] - 1), min_size=1)))
-    packets = [rig.data(job, r, seq, draw(words), prio=prio, op_max=op_max) for r in ranks]
+    size = draw(st.sampled_from([WORDS, WORDS, 1, draw(st.integers(1, WORDS))]))  # every rank cuts the chunk alike
+    sized = st.lists(st.integers(0, 2**32 - 1), min_size=size, max_size=size)
+    packets = [rig.data(job, r, seq, draw(sized if draw(st.integers(0, 9)) else short), prio=prio, op_max=op_max) for r in ranks]
     packets += draw(st.lists(st.sampled_from(packets), max_size=2))
     packets = draw(st.permutations(packets))
     after = draw(st.sampled_from(["none", "resend", "flush"]))
     if after == "resend":
-        packets.append(rig.data(job, draw(st.sampled_from(list(ranks))), seq, draw(words), prio=prio, op_max=op_max, resend=True))
+        packets.append(rig.data(job, draw(st.sampled_from(list(ranks))), seq, draw(sized), prio=prio, op_max=op_max, resend=True))
     elif after == "flush":
         packets.append(rig.flush(job, seq, op_max=op_max))
     return packets

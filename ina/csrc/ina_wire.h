@@ -3,7 +3,7 @@
  * Shared by the native worker engine, PS and software switch (header-only: each extension
  * compiles its own copy). The checks are those of ina/protocol/header.py's `parse`, split in two
  * because a PS-only job may use its own words per packet: `ina_parse_header` checks everything
- * but the length, `ina_length_ok` the length for a given K.
+ * but the length, `ina_length_ok` the length for a given K (a chunk of 1..K words).
  */
 #ifndef INA_WIRE_H
 #define INA_WIRE_H
@@ -86,11 +86,15 @@ static inline uint32_t ina_result_words(uint32_t words, unsigned index_bits, uns
     return (uint32_t)((coordinates + per_word - 1) / per_word);
 }
 
-/* Payload words a valid packet of `kind` carries when DATA carries `words`. */
-static inline uint32_t ina_payload_words(unsigned kind, uint32_t words, unsigned index_bits, unsigned lane_bits) {
-    if (kind == INA_DATA) return words;
-    if (kind == INA_RESULT || kind == INA_PARTIAL) return ina_result_words(words, index_bits, lane_bits);
-    return 0;
+/* The DATA words of the chunk a packet of `kind` with `payload` words carries (header.py's chunk_words): a
+ * DATA's own payload, the m whose RESULT or PARTIAL is `payload` words; 0 where no chunk has that length and
+ * for the kinds without payload. Indices are at least as dense as lanes, so at most one m fits: the most
+ * index words whose lanes fit `payload` words, if their lanes fill them exactly. */
+static inline uint32_t ina_chunk_words(unsigned kind, uint32_t payload, unsigned index_bits, unsigned lane_bits) {
+    if (kind == INA_DATA || (index_bits == 0 && (kind == INA_RESULT || kind == INA_PARTIAL))) return payload;
+    if (kind != INA_RESULT && kind != INA_PARTIAL) return 0;
+    uint32_t words = (uint32_t)((uint64_t)payload * (32 / lane_bits) / (32 / index_bits));
+    return ina_result_words(words, index_bits, lane_bits) == payload ? words : 0;
 }
 
 /* Decode the header of a `len`-byte packet and check every rule of section 2 but its length:
@@ -106,9 +110,19 @@ static inline int ina_parse_header(const uint8_t *p, size_t len, ina_header *h) 
     return 1;
 }
 
-/* Whether a parsed packet of `len` bytes has the payload its kind needs when DATA carries `words`. */
+/* Whether a parsed packet of `len` bytes has a payload its kind may carry where K is `words`
+ * (header.py's length_ok): whole words of a chunk of 1..K DATA words, or none for the kinds without payload. */
 static inline int ina_length_ok(const ina_header *h, size_t len, uint32_t words) {
-    return len == INA_HEADER_BYTES + 4 * (size_t)ina_payload_words(h->kind, words, h->index_bits, h->lane_bits);
+    size_t payload = len - INA_HEADER_BYTES; /* ina_parse_header checked len >= the header */
+    if (payload % 4 || payload / 4 > UINT32_MAX) return 0;
+    if (h->kind != INA_DATA && h->kind != INA_RESULT && h->kind != INA_PARTIAL) return payload == 0;
+    uint32_t chunk = ina_chunk_words(h->kind, (uint32_t)(payload / 4), h->index_bits, h->lane_bits);
+    return chunk >= 1 && chunk <= words;
+}
+
+/* The DATA words of the chunk a valid packet of `len` bytes carries. */
+static inline uint32_t ina_packet_chunk(const ina_header *h, size_t len) {
+    return ina_chunk_words(h->kind, (uint32_t)((len - INA_HEADER_BYTES) / 4), h->index_bits, h->lane_bits);
 }
 
 /* Both checks: what `ina.protocol.header.parse` accepts for a deployment of `words` per packet. */

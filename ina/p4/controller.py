@@ -112,7 +112,8 @@ class P4Switch:
     # -- ControlTarget ---------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        return self.settings.to_json() | {"target": "bmv2", "listen": f"{self.ip}:{INA_PORT}"}
+        # Its parser takes K words a chunk: workers pad every DATA to K (docs/protocol.md, section 2).
+        return self.settings.to_json() | {"target": "bmv2", "listen": f"{self.ip}:{INA_PORT}", "short_chunks": False}
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
         with self._lock:

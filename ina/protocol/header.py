@@ -6,7 +6,7 @@ Both apply the same validity rules (docs/protocol.md, section 2); tests hold the
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,13 +64,26 @@ def result_words(words: int, index_bits: int, lane_bits: int) -> int:
     return -(-coordinates // fields_per_word(lane_bits))
 
 
-def payload_words(kind: int, words: int, index_bits: int, lane_bits: int) -> int:
-    """Payload words a valid packet of this kind carries in a deployment of `words` per packet."""
-    if kind == Kind.DATA:
-        return words
-    if kind in (Kind.RESULT, Kind.PARTIAL):
-        return result_words(words, index_bits, lane_bits)
-    return 0
+def chunk_words(kind: int, payload: int, index_bits: int, lane_bits: int) -> int:
+    """The DATA words `m` of the chunk that a packet of this kind with `payload` words carries: a DATA's own
+    payload, the `m` whose RESULT (or PARTIAL) is `payload` words long; 0 where no chunk has that length and
+    for the kinds that carry no payload (docs/protocol.md, section 2, "Lengths")."""
+    if kind == Kind.DATA or (index_bits == 0 and kind in (Kind.RESULT, Kind.PARTIAL)):
+        return payload
+    if kind not in (Kind.RESULT, Kind.PARTIAL):
+        return 0
+    return _indices_chunk(payload, index_bits, lane_bits)
+
+
+def length_ok(kind: int, length: int, words: int, index_bits: int, lane_bits: int) -> bool:
+    """Whether a packet of `length` bytes has a payload its kind may carry where K is `words`: whole words of a
+    chunk of 1..K DATA words, or none for the kinds without payload."""
+    payload, partial = divmod(length - HEADER_LEN, 4)
+    if payload < 0 or partial:
+        return False
+    if kind not in (Kind.DATA, Kind.RESULT, Kind.PARTIAL):
+        return payload == 0
+    return 1 <= chunk_words(kind, payload, index_bits, lane_bits) <= words
 
 
 class Header(NamedTuple):
@@ -123,7 +136,8 @@ class Header(NamedTuple):
 def parse(data: bytes | bytearray | memoryview, words: int) -> tuple[Header, np.ndarray]:
     """Decode and validate one packet; returns the header and its payload as big-endian uint32 words.
 
-    `words` is the deployment's K (DATA payload words). Raises MalformedPacket.
+    `words` is the deployment's K: a DATA carries 1..K payload words, a RESULT or PARTIAL those of a chunk
+    of 1..K words (`length_ok`). Raises MalformedPacket.
     """
     if len(data) < HEADER_LEN:
         raise MalformedPacket(f"{len(data)} bytes is shorter than the {HEADER_LEN}-byte header")
@@ -138,9 +152,8 @@ def parse(data: bytes | bytearray | memoryview, words: int) -> tuple[Header, np.
         raise MalformedPacket(f"lane_bits {lbits} / index_bits {ibits} out of range")
     if kind == Kind.DATA and (rank >= MAX_WORKERS or bitmap != 1 << rank):
         raise MalformedPacket(f"DATA bitmap {bitmap:#x} is not 1 << rank {rank}")
-    expected = payload_words(kind, words, ibits, lbits)
-    if len(data) != HEADER_LEN + 4 * expected:
-        raise MalformedPacket(f"{kind!r} needs {expected} payload words, got {(len(data) - HEADER_LEN) / 4}")
+    if not length_ok(kind, len(data), words, ibits, lbits):
+        raise MalformedPacket(f"{_KINDS[kind]!r} of {len(data)} bytes carries no chunk of 1..{words} words")
     header = Header(_KINDS[kind], job, seq, _FLAGS[flags], rank, prio, slot, ibits, lbits, bitmap)
     return header, np.frombuffer(data, dtype=">u4", offset=HEADER_LEN)
 
@@ -161,11 +174,23 @@ def valid_mask(headers: np.ndarray, lengths: np.ndarray, words: int) -> np.ndarr
     is_data = kind == Kind.DATA
     safe_rank = np.minimum(rank, MAX_WORKERS - 1)
     ok &= ~is_data | ((rank < MAX_WORKERS) & (headers["bitmap"].astype(np.int64) == (1 << safe_rank)))
-    expected = np.zeros(len(headers), dtype=np.int64)
-    expected[is_data] = words
-    partial = (kind == Kind.RESULT) | (kind == Kind.PARTIAL)
-    for index_bits, lane_bits in set(zip(ibits[partial & ok].tolist(), lbits[partial & ok].tolist())):
-        rows = partial & (ibits == index_bits) & (lbits == lane_bits)
-        expected[rows] = result_words(words, index_bits, lane_bits)
-    ok &= np.asarray(lengths, dtype=np.int64) == HEADER_LEN + 4 * expected
+    payload, partial = np.divmod(np.asarray(lengths, dtype=np.int64) - HEADER_LEN, 4)
+    ok &= (payload >= 0) & (partial == 0)
+    chunk = np.where(is_data, payload, 0)
+    carries = (kind == Kind.RESULT) | (kind == Kind.PARTIAL)
+    for index_bits, lane_bits in set(zip(ibits[carries & ok].tolist(), lbits[carries & ok].tolist())):
+        rows = carries & (ibits == index_bits) & (lbits == lane_bits)
+        chunk[rows] = payload[rows] if index_bits == 0 else _indices_chunk(payload[rows], index_bits, lane_bits)
+    ok &= np.where(is_data | carries, (chunk >= 1) & (chunk <= words), payload == 0)
     return ok
+
+
+
+def _indices_chunk(payload: Any, index_bits: int, lane_bits: int) -> Any:
+    """The words of the indices chunk whose lanes are `payload` words (an int, or an array of them), or 0.
+
+    Indices are at least as dense as lanes, so at most one chunk length has a RESULT of `payload` words:
+    the most index words whose lanes fit, if their lanes fill exactly `payload` words."""
+    per_index, per_lane = fields_per_word(index_bits), fields_per_word(lane_bits)
+    words = payload * per_lane // per_index
+    return words * (-(-(words * per_index) // per_lane) == payload)

@@ -101,17 +101,21 @@ static void seqmap_remove(seqmap *m, int32_t e) {
 
 /* ------------------------------------------------------------------ per job */
 
+/* What every piece of a chunk agrees on (job.py's ChunkFormat), its DATA words included. */
 typedef struct {
     uint8_t flags, index_bits, lane_bits; /* flags: INA_FLAG_MAX or 0 */
     uint16_t slot;
+    uint32_t words;
 } chunk_format;
 
-static chunk_format format_of(const ina_header *h) {
-    return (chunk_format){(uint8_t)(h->flags & INA_FLAG_MAX), h->index_bits, h->lane_bits, h->slot};
+/* The format of a valid packet of `length` bytes (words 0 for the kinds without payload). */
+static chunk_format format_of(const ina_header *h, size_t length) {
+    return (chunk_format){(uint8_t)(h->flags & INA_FLAG_MAX), h->index_bits, h->lane_bits, h->slot, ina_packet_chunk(h, length)};
 }
 
 static int format_eq(chunk_format a, chunk_format b) {
-    return a.flags == b.flags && a.index_bits == b.index_bits && a.lane_bits == b.lane_bits && a.slot == b.slot;
+    return a.flags == b.flags && a.index_bits == b.index_bits && a.lane_bits == b.lane_bits && a.slot == b.slot &&
+           a.words == b.words;
 }
 
 /* An incomplete chunk: its pieces (pieces.py) and FLUSH timer (job.py's Chunk). */
@@ -143,7 +147,7 @@ typedef struct {
 /* THC indices to lanes (lookup.py): groups of `group` indices of a word, each an entry of `entry` lane bytes
  * (a table of at most LOOKUP_BYTES, so that it stays in cache). */
 typedef struct {
-    unsigned index_bits, group, groups, entry, out_bytes;
+    unsigned index_bits, group, groups, entry;
     uint32_t mask;
     uint8_t *entries;
     int nibbles;        /* 4-bit indices, 8-bit lanes, and the CPU has AVX2: lookup_nibbles */
@@ -172,13 +176,12 @@ typedef struct {
 
 #define LOOKUP_BYTES (256u << 10)
 
-static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, unsigned lane_bits, uint32_t words) {
+static int lookup_init(lookup *t, const uint32_t *table, unsigned index_bits, unsigned lane_bits) {
     unsigned per_word = 32 / index_bits, group = 1;
     for (unsigned g = 1; g <= per_word; g++) /* the largest group whose table stays in L2 */
         if (per_word % g == 0 && g * index_bits <= 16 && ((size_t)g * lane_bits / 8 << (g * index_bits)) <= LOOKUP_BYTES) group = g;
     t->index_bits = index_bits, t->group = group, t->groups = per_word / group;
     t->entry = group * lane_bits / 8, t->mask = (1u << (group * index_bits)) - 1;
-    t->out_bytes = 4 * ina_result_words(words, index_bits, lane_bits);
     t->entries = malloc((size_t)(t->mask + 1) * t->entry);
     if (!t->entries) return -1;
 #if defined(__x86_64__)
@@ -251,7 +254,7 @@ __attribute__((target("avx2"))) static uint32_t lookup_nibbles_add(const uint8_t
 #endif
 
 /* `words` big-endian index words to lanes in `out` (`out_bytes`, host-order words). */
-static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *out, uint32_t out_bytes) {
+static void lookup_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *out, size_t out_bytes) {
     uint8_t *o = (uint8_t *)out;
 #if defined(__x86_64__)
     if (t->nibbles) { /* the rest of the words, if any, by the table below */
@@ -430,16 +433,17 @@ static void combine(uint32_t *into, const uint32_t *piece, uint32_t words, int i
         for (uint32_t w = 0; w < words; w++) into[w] += piece[w];
 }
 
-/* The lanes of `words` index words added to `sums` (table->out_bytes of host-order words), by byte
+/* The lanes of `words` index words added to `sums` (their `out_bytes` of host-order words), by byte
  * shuffles where they apply; `scratch` takes the lanes of the words they leave. */
-static void add_lanes(const lookup *t, const uint8_t *payload, uint32_t words, uint32_t *sums, uint32_t *scratch) {
+static void add_lanes(const lookup *t, const uint8_t *payload, uint32_t words, size_t out_bytes, uint32_t *sums,
+                      uint32_t *scratch) {
     uint32_t done = 0; /* index words whose lanes (8 bytes each) are added */
 #if defined(__x86_64__)
     if (t->nibbles) done = lookup_nibbles_add(t->levels, payload, words, sums);
 #endif
-    uint32_t rest = t->out_bytes - 8 * done;
+    size_t rest = out_bytes - 8 * (size_t)done;
     lookup_lanes(t, payload + 4 * done, words - done, scratch, rest);
-    combine(sums + 2 * done, scratch, rest / 4, 0);
+    combine(sums + 2 * done, scratch, (uint32_t)(rest / 4), 0);
 }
 
 /* `words` big-endian words of `payload` combined into `sums` (SUM: modulo 2^32; MAX: unsigned). */
@@ -528,11 +532,11 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     ps->counts[C_completed]++, j->completed++;
 }
 
-/* Add a piece to its chunk: `words` big-endian sums in `payload`, or with `table` the lanes of its indices. The
- * chunk's entry if it is still incomplete, -1 if it completed or the piece was refused. */
-static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *payload, const lookup *table, uint32_t words,
+/* Add a piece of a chunk of format `f` to it: its sums, big-endian in `payload`, or with `table` the lanes of
+ * its indices. The chunk's entry if it is still incomplete, -1 if it completed or the piece was refused. */
+static int32_t add_piece(PS *ps, job *j, const ina_header *h, chunk_format f, const uint8_t *payload, const lookup *table,
                          double now, ina_tx *tx) {
-    chunk_format f = format_of(h);
+    uint32_t words = ina_result_words(f.words, f.index_bits, f.lane_bits); /* the sums of a piece */
     int32_t entry = seqmap_find(&j->pending, h->seq);
     chunk *c;
     if (entry < 0) {
@@ -582,11 +586,11 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *pay
         if (sums_room > c->sums_room) c->sums = grown, c->sums_room = sums_room;
     }
     if (summed && c->count) {
-        if (table) add_lanes(table, payload, j->words, c->sums, j->scratch);
+        if (table) add_lanes(table, payload, f.words, 4 * (size_t)words, c->sums, j->scratch);
         else add_words(c->sums, payload, c->words, c->format.flags & INA_FLAG_MAX);
     } else {
         uint32_t *into = c->sums + (size_t)c->count * c->words;
-        if (table) lookup_lanes(table, payload, j->words, into, table->out_bytes);
+        if (table) lookup_lanes(table, payload, f.words, into, 4 * (size_t)words);
         else ina_load_words(into, payload, c->words);
     }
     c->bitmaps[c->count++] = bitmap;
@@ -605,14 +609,14 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, const uint8_t *pay
 }
 
 /* Tell a resending worker which workers' contributions the PS holds. */
-static void status(PS *ps, job *j, const ina_header *h, uint32_t bitmap, ina_tx *tx) {
-    send_control(ps, tx, j->workers[h->rank], INA_STATUS, j->id, h->seq, format_of(h), bitmap);
+static void status(PS *ps, job *j, const ina_header *h, chunk_format f, uint32_t bitmap, ina_tx *tx) {
+    send_control(ps, tx, j->workers[h->rank], INA_STATUS, j->id, h->seq, f, bitmap);
     ps->counts[C_status_sent]++;
 }
 
-/* A worker resent a chunk whose result the PS lacks: remember it, and ask the other workers at most once per flush_delay. */
-static void fetch_result(PS *ps, job *j, const ina_header *h, double now, ina_tx *tx) {
-    chunk_format f = format_of(h);
+/* A worker resent a chunk (of format `f`) whose result the PS lacks: remember it, and ask the other workers at
+ * most once per flush_delay. */
+static void fetch_result(PS *ps, job *j, const ina_header *h, chunk_format f, double now, ina_tx *tx) {
     int32_t e = seqmap_find(&j->fetches, h->seq);
     if (e < 0) {
         if (j->fetches.count >= j->cap) {
@@ -650,7 +654,8 @@ static int store(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_
     return 1;
 }
 
-static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, ina_addr source, double now, ina_tx *tx) {
+static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, double now,
+                    ina_tx *tx) {
     if (!(h->rank < j->n && (ina_addr_eq(source, j->workers[h->rank]) || (j->has_switch && ina_addr_eq(source, j->sw))))) {
         ps->counts[C_unregistered]++;
         return;
@@ -660,6 +665,7 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, in
         return;
     }
     observe(j, h->seq);
+    chunk_format f = format_of(h, length);
     int32_t e = seqmap_find(&j->ring, h->seq);
     if (e >= 0) {
         const stored *s = &j->results[e];
@@ -674,18 +680,15 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, in
     if (proven_complete(j, h->seq)) {
         ps->counts[C_stale]++;
         if (h->flags & INA_FLAG_RESEND) {
-            fetch_result(ps, j, h, now, tx);
-            status(ps, j, h, j->full, tx);
+            fetch_result(ps, j, h, f, now, tx);
+            status(ps, j, h, f, j->full, tx);
         }
         return;
     }
-    const uint8_t *payload = data + INA_HEADER_BYTES;
-    int32_t entry;
-    if (h->index_bits) entry = add_piece(ps, j, h, payload, &j->table, j->table.out_bytes / 4, now, tx);
-    else entry = add_piece(ps, j, h, payload, NULL, j->words, now, tx);
+    int32_t entry = add_piece(ps, j, h, f, data + INA_HEADER_BYTES, h->index_bits ? &j->table : NULL, now, tx);
     if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
-        if (j->has_switch) fetch_result(ps, j, h, now, tx);
-        status(ps, j, h, j->chunks[entry].held, tx);
+        if (j->has_switch) fetch_result(ps, j, h, f, now, tx);
+        status(ps, j, h, f, j->chunks[entry].held, tx);
     }
 }
 
@@ -698,7 +701,7 @@ static void on_partial(PS *ps, job *j, const ina_header *h, const uint8_t *data,
         observe(j, h->seq);
         if (seqmap_find(&j->ring, h->seq) >= 0) ps->counts[C_late]++;
         else if (proven_complete(j, h->seq)) ps->counts[C_stale]++;
-        else add_piece(ps, j, h, data + INA_HEADER_BYTES, NULL, (uint32_t)(length - INA_HEADER_BYTES) / 4, now, tx);
+        else add_piece(ps, j, h, format_of(h, length), data + INA_HEADER_BYTES, NULL, now, tx);
     }
 }
 
@@ -725,7 +728,7 @@ static void on_result(PS *ps, job *j, const ina_header *h, const uint8_t *data, 
     int32_t e = seqmap_find(&j->fetches, h->seq);
     if (e < 0) ps->counts[C_unsolicited]++;
     else if (h->bitmap != j->full) ps->counts[C_bad_bitmap]++;
-    else if (!format_eq(format_of(h), j->fetchv[e].format)) ps->counts[C_mismatch]++;
+    else if (!format_eq(format_of(h, length), j->fetchv[e].format)) ps->counts[C_mismatch]++;
     else {
         store(ps, j, h, data, length, tx);
         ps->counts[C_fetched]++;
@@ -747,7 +750,7 @@ static void ps_receive(void *self, const uint8_t *data, size_t length, ina_addr 
     }
     if (h.kind != INA_DATA && h.kind != INA_PARTIAL && h.kind != INA_RESULT) ps->counts[C_unexpected]++;
     else if (!j) ps->counts[C_unregistered]++;
-    else if (h.kind == INA_DATA) ps->counts[C_rx_data]++, on_data(ps, j, &h, data, source, now, tx);
+    else if (h.kind == INA_DATA) ps->counts[C_rx_data]++, on_data(ps, j, &h, data, length, source, now, tx);
     else if (h.kind == INA_PARTIAL) ps->counts[C_rx_partial]++, on_partial(ps, j, &h, data, length, source, now, tx);
     else ps->counts[C_rx_result]++, on_result(ps, j, &h, data, length, source, tx);
 }
@@ -886,9 +889,9 @@ static PyObject *PS_register(PS *self, PyObject *args) {
     j->has_switch = sw != Py_None, j->sw = (ina_addr){switch_ip, (uint16_t)switch_port};
     uint32_t longest = words;
     if (index_bits) {
-        if (lookup_init(&j->table, table.buf, index_bits, lane_bits, words) < 0) goto nomem;
+        if (lookup_init(&j->table, table.buf, index_bits, lane_bits) < 0) goto nomem;
         j->has_table = 1;
-        if (j->table.out_bytes / 4 > longest) longest = j->table.out_bytes / 4;
+        if (ina_result_words(words, index_bits, lane_bits) > longest) longest = ina_result_words(words, index_bits, lane_bits);
     }
     j->scratch = malloc(longest * sizeof *j->scratch), j->packet = malloc(INA_HEADER_BYTES + 4 * (size_t)longest);
     j->chunks = calloc(cap, sizeof *j->chunks), j->results = calloc(cap, sizeof *j->results);

@@ -164,19 +164,18 @@ class ParameterServer:
         return fields
 
     def _lookup(self, datagrams: Sequence[Datagram], fields: list[Header | None]) -> dict[int, np.ndarray]:
-        """Table lanes of every indices DATA in the batch, one vectorized lookup per job."""
-        rows: dict[int, list[int]] = {}
+        """Table lanes of every indices DATA in the batch, one vectorized lookup per job and chunk length."""
+        rows: dict[tuple[int, int], list[int]] = {}
         for i, f in enumerate(fields):
             if f is not None and f.index_bits and f.kind == Kind.DATA:
                 job = self._jobs.get(f.job)
                 if job is not None and job.format_ok(f):
-                    rows.setdefault(f.job, []).append(i)
+                    rows.setdefault((f.job, len(datagrams[i].data)), []).append(i)
         lanes: dict[int, np.ndarray] = {}
-        for job_id, members in rows.items():
+        for (job_id, length), members in rows.items():
             payload = b"".join(datagrams[i].data[HEADER_LEN:] for i in members)
-            job = self._jobs[job_id]
-            words = np.frombuffer(payload, dtype=">u4").reshape(len(members), job.words).astype(np.uint32)
-            lanes.update(zip(members, job.table.lanes(words)))
+            words = np.frombuffer(payload, dtype=">u4").reshape(len(members), (length - HEADER_LEN) // 4).astype(np.uint32)
+            lanes.update(zip(members, self._jobs[job_id].table.lanes(words)))
         return lanes
 
     def _handle(self, datagram: Datagram, f: Header | None, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
@@ -207,6 +206,7 @@ class ParameterServer:
             self._counts["bad_format"] += 1
             return
         job.observe(f.seq)
+        fmt = ChunkFormat.of(f, len(datagram.data))
         stored = job.ring.get(f.seq)
         if stored is not None:
             if stored.is_max != bool(f.flags & _MAX):
@@ -220,20 +220,20 @@ class ParameterServer:
             # another worker holds it, and a full STATUS says every rank contributed.
             self._counts["stale"] += 1
             if f.flags & _RESEND:
-                self._fetch(job, f, now, out)
-                self._status(job, f, job.full, out)
+                self._fetch(job, f, fmt, now, out)
+                self._status(job, f, fmt, job.full, out)
             return
-        chunk = self._add_piece(job, f, f.bitmap, lanes if lanes is not None else _payload(datagram), now, out)
+        chunk = self._add_piece(job, f, fmt, lanes if lanes is not None else _payload(datagram), now, out)
         if chunk is not None and f.flags & _RESEND:
             if job.switch is not None:
                 # It may have completed at the switch with this worker's RESULT and the PS's copy
                 # lost, and (its last chunks) no later chunk ever lets the window prove it.
-                self._fetch(job, f, now, out)
-            self._status(job, f, chunk.pieces.held, out)
+                self._fetch(job, f, fmt, now, out)
+            self._status(job, f, fmt, chunk.pieces.held, out)
 
-    def _status(self, job: JobState, f: Header, bitmap: int, out: list[Datagram]) -> None:
+    def _status(self, job: JobState, f: Header, fmt: ChunkFormat, bitmap: int, out: list[Datagram]) -> None:
         """Tell a resending worker which workers' contributions the PS holds."""
-        status = _header(Kind.STATUS, job.spec.job, f.seq, ChunkFormat.of(f), bitmap).pack()
+        status = _header(Kind.STATUS, job.spec.job, f.seq, fmt, bitmap).pack()
         out.append(Datagram(status, job.workers[f.rank]))
         self._counts["status_sent"] += 1
 
@@ -251,7 +251,7 @@ class ParameterServer:
             elif job.proven_complete(f.seq):
                 self._counts["stale"] += 1
             else:
-                self._add_piece(job, f, f.bitmap, _payload(datagram), now, out)
+                self._add_piece(job, f, ChunkFormat.of(f, len(datagram.data)), _payload(datagram), now, out)
 
     def _on_result(self, job: JobState, f: Header, datagram: Datagram, out: list[Datagram]) -> None:
         """A RESULT copy from the switch, or a worker's answer to a FETCH."""
@@ -271,7 +271,7 @@ class ParameterServer:
                 self._counts["unsolicited"] += 1
             elif f.bitmap != job.full:
                 self._counts["bad_bitmap"] += 1
-            elif ChunkFormat.of(f) != fetch.format:
+            elif ChunkFormat.of(f, len(datagram.data)) != fetch.format:
                 self._counts["mismatch"] += 1
             else:
                 self._store(job, f, datagram, out)
@@ -294,10 +294,9 @@ class ParameterServer:
             self._counts["results_replayed"] += fetch.requesters.bit_count()
         return True
 
-    def _fetch(self, job: JobState, f: Header, now: float, out: list[Datagram]) -> None:
-        """A worker resent a chunk whose result the PS lacks: remember it, and ask the job's other
-        workers (each keeps its newest 2W results) at most once per `flush_delay`."""
-        fmt = ChunkFormat.of(f)
+    def _fetch(self, job: JobState, f: Header, fmt: ChunkFormat, now: float, out: list[Datagram]) -> None:
+        """A worker resent a chunk (of format `fmt`) whose result the PS lacks: remember it, and ask the job's
+        other workers (each keeps its newest 2W results) at most once per `flush_delay`."""
         fetch = job.fetches.get(f.seq)
         if fetch is None:
             if len(job.fetches) >= job.pending_cap:
@@ -316,20 +315,23 @@ class ParameterServer:
         out.extend(Datagram(packet, w) for rank, w in enumerate(job.workers) if rank != f.rank)
         self._counts["fetch_sent"] += len(job.workers) - 1
 
-    def _add_piece(self, job: JobState, f: Header, bitmap: int, sums: np.ndarray, now: float, out: list[Datagram]) -> Chunk | None:
-        """Add a piece to its chunk; the chunk if it is still incomplete, None if it completed or the piece was refused."""
+    def _add_piece(self, job: JobState, f: Header, fmt: ChunkFormat, sums: np.ndarray, now: float,
+                   out: list[Datagram]) -> Chunk | None:  # fmt: skip
+        """Add a piece (`f.bitmap`, `sums`) to its chunk; the chunk if it is still incomplete, None if it completed or
+        the piece was refused."""
         chunk = job.pending.get(f.seq)
         if chunk is None:
             if len(job.pending) >= job.pending_cap:
                 self._counts["overloaded"] += 1
                 return None
-            chunk = Chunk(f.seq, ChunkFormat.of(f), job.full, now, self.flush_delay)
+            chunk = Chunk(f.seq, fmt, job.full, now, self.flush_delay)
             job.pending[f.seq] = chunk
             if job.switch is not None:
                 self._schedule(job, chunk)
-        elif chunk.format != ChunkFormat.of(f):
+        elif chunk.format != fmt:
             self._counts["mismatch"] += 1
             return None
+        bitmap = f.bitmap
         if bitmap & (bitmap - 1) and len(chunk.pieces) >= 2 * len(job.workers):
             # At most n single-worker pieces exist, so this bounds a chunk's memory and cover search
             # without ever refusing the resends that always make a cover.

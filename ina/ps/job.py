@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 from ina.control import JobSpec
 from ina.net.node import Address
-from ina.protocol import Flag, Header
+from ina.protocol import HEADER_LEN, Flag, Header
+from ina.protocol.header import chunk_words
 from ina.ps.lookup import IndexTable
 from ina.ps.pieces import PieceSet
 from ina.ps.results import ResultRing
@@ -18,16 +19,20 @@ HALF_SEQ = 1 << 31
 
 
 class ChunkFormat(NamedTuple):
-    """What every piece of one chunk must agree on: operation, payload format and slot."""
+    """What every piece of one chunk must agree on: operation, payload format, slot and the chunk's DATA words
+    (its workers cut it alike, so a piece of another length is not one of its pieces)."""
 
     flags: int  # Flag.MAX or 0, as a plain int
     index_bits: int
     lane_bits: int
     slot: int
+    words: int
 
     @classmethod
-    def of(cls, f: Header) -> ChunkFormat:
-        return cls(f.flags & _MAX, f.index_bits, f.lane_bits, f.slot)
+    def of(cls, f: Header, length: int) -> ChunkFormat:
+        """The format of a valid packet `f` of `length` bytes (a STATUS, FLUSH or FETCH: words 0)."""
+        words = chunk_words(f.kind, (length - HEADER_LEN) // 4, f.index_bits, f.lane_bits)
+        return cls(f.flags & _MAX, f.index_bits, f.lane_bits, f.slot, words)
 
 
 class Chunk:
@@ -68,11 +73,11 @@ class JobState:
     def __init__(self, spec: JobSpec, words: int, ring_capacity: int) -> None:
         self.spec = spec
         self.words = words
-        """K: the DATA payload words of this job's packets."""
+        """K: the most DATA payload words of this job's packets."""
         self.full = spec.full_bitmap
         self.workers: list[Address] = [w.addr for w in spec.workers]
         self.switch: Address | None = spec.switch.addr if spec.switch else None
-        self.table = IndexTable(spec.table, spec.index_bits, spec.lane_bits, words) if spec.index_bits else None
+        self.table = IndexTable(spec.table, spec.index_bits, spec.lane_bits) if spec.index_bits else None
         self.pending: OrderedDict[int, Chunk] = OrderedDict()
         """Incomplete chunks by seq, oldest first (so expiry looks only at the front)."""
         self.pending_cap = ring_capacity

@@ -27,9 +27,9 @@ _GROUP_BITS = 16
 class IndexTable:
     """One job's table, precomputed for turning rows of index words into rows of lane words."""
 
-    __slots__ = ("index_bits", "lane_bits", "_shifts", "_mask", "_groups", "_out_bytes")
+    __slots__ = ("index_bits", "lane_bits", "_shifts", "_mask", "_groups")
 
-    def __init__(self, table: Sequence[int], index_bits: int, lane_bits: int, words: int) -> None:
+    def __init__(self, table: Sequence[int], index_bits: int, lane_bits: int) -> None:
         if len(table) != 1 << index_bits:
             raise ValueError(f"{index_bits}-bit indices need a table of {1 << index_bits} levels, got {len(table)}")
         self.index_bits = index_bits
@@ -44,15 +44,14 @@ class IndexTable:
         size = group * lane_bits // 8
         entry = np.dtype(f"<u{size}") if size in (1, 2, 4, 8) else np.dtype((np.void, size))  # integers gather faster
         self._groups = np.ascontiguousarray(lanes).view(np.uint8).reshape(len(codes), -1).view(entry).ravel()
-        self._out_bytes = 4 * result_words(words, index_bits, lane_bits)
 
     def lanes(self, payloads: np.ndarray) -> np.ndarray:
-        """Rows of K index words (uint32) to rows of `result_words` lane words (native uint32)."""
-        rows = payloads.shape[0]
+        """Rows of m index words (uint32; a chunk of any length) to rows of `result_words(m)` lane words (native uint32)."""
+        rows, out_bytes = payloads.shape[0], 4 * result_words(payloads.shape[1], self.index_bits, self.lane_bits)
         codes = np.empty((rows, payloads.shape[1], len(self._shifts)), dtype=np.intp)
         for k, shift in enumerate(self._shifts):  # at most 5 groups; a broadcast over them is slower
             codes[:, :, k] = (payloads >> shift) & self._mask
         stream = np.take(self._groups, codes.reshape(rows, -1)).view(np.uint8).reshape(rows, -1)
-        if stream.shape[1] < self._out_bytes:  # the last word's tail, e.g. 10 3-bit indices in 8-bit lanes
-            stream = np.concatenate([stream, np.zeros((rows, self._out_bytes - stream.shape[1]), dtype=np.uint8)], axis=1)
+        if stream.shape[1] < out_bytes:  # the last word's tail, e.g. 10 3-bit indices in 8-bit lanes
+            stream = np.concatenate([stream, np.zeros((rows, out_bytes - stream.shape[1]), dtype=np.uint8)], axis=1)
         return stream.view("<u4").astype(np.uint32, copy=False)

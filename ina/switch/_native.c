@@ -63,6 +63,7 @@ typedef struct {
     /* the slot registers */
     uint64_t *key, *redirect;
     uint32_t *bitmap, *prio, *value; /* value: pool * words */
+    uint32_t *chunk_words;           /* the DATA words of the chunk each slot holds (1..words) */
     double *touched;
     /* the job table */
     int32_t index[1 << 16]; /* job id -> row, or -1 */
@@ -93,11 +94,11 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
         .seq = key_seq(key), .bitmap = sw->bitmap[s],
     };
     /* Written straight into the send queue, once: a RESULT is queued again for the other workers and the PS. */
-    size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->words;
+    size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->chunk_words[s];
     uint8_t *p = ina_tx_add(tx, kind == INA_RESULT ? row->workers[0] : row->ps, length);
     if (!p) return; /* out of memory: dropped uncounted */
     ina_write_header(p, &h);
-    ina_store_words(p + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->words);
+    ina_store_words(p + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->chunk_words[s]);
     sw->count[C_TX]++;
     if (kind != INA_RESULT) return;
     for (uint32_t r = 1; r < row->fanin; r++) send_again(sw, row->workers[r], tx);
@@ -112,13 +113,15 @@ static void forward(Switch *sw, const job_row *row, const uint8_t *data, size_t 
     sw->count[C_TX]++;
 }
 
-/* Add (or take the maximum of) a payload into slot s, or start it there (`claim`); complete when full. */
+/* Add (or take the maximum of) a payload of `words` words into slot s, or start it there (`claim`: the rest of the
+ * slot's K words zeroed, as the Python core's); complete when full. */
 static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int claim, uint32_t bit, uint32_t prio,
-                  const uint8_t *payload, double now, ina_tx *tx) {
-    uint32_t *value = sw->value + (size_t)s * sw->words, words = sw->words;
+                  const uint8_t *payload, uint32_t words, double now, ina_tx *tx) {
+    uint32_t *value = sw->value + (size_t)s * sw->words;
     if (claim) {
         ina_load_words(value, payload, words);
-        sw->bitmap[s] = bit, sw->prio[s] = prio;
+        memset(value + words, 0, 4 * (size_t)(sw->words - words));
+        sw->bitmap[s] = bit, sw->prio[s] = prio, sw->chunk_words[s] = words;
     } else {
         if (key_op(key)) {
             for (uint32_t i = 0; i < words; i++) {
@@ -142,7 +145,7 @@ static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int 
 /* A DATA packet that passed every check: the branches of section 5, "Per-packet algorithm". */
 static void data_packet(Switch *sw, const job_row *row, const ina_header *h, uint64_t key, const uint8_t *data,
                         size_t length, double now, ina_tx *tx) {
-    uint32_t s = h->slot, bit = (uint32_t)1 << h->rank;
+    uint32_t s = h->slot, bit = (uint32_t)1 << h->rank, words = (uint32_t)(length - INA_HEADER_BYTES) / 4;
     uint32_t prio = h->priority < row->priority_cap ? h->priority : row->priority_cap;
     int resend = (h->flags & INA_FLAG_RESEND) != 0;
     const uint8_t *payload = data + INA_HEADER_BYTES;
@@ -151,8 +154,10 @@ static void data_packet(Switch *sw, const job_row *row, const ina_header *h, uin
         forward(sw, row, data, length, tx);
         sw->count[C_REDIRECTED]++;
     } else if (held == key) { /* 2: same chunk */
-        if (!(sw->bitmap[s] & bit)) {
-            merge(sw, row, s, key, 0, bit, prio, payload, now, tx);
+        if (words != sw->chunk_words[s]) { /* cut otherwise than the chunk in the slot */
+            sw->count[C_BAD_FORMAT]++;
+        } else if (!(sw->bitmap[s] & bit)) {
+            merge(sw, row, s, key, 0, bit, prio, payload, words, now, tx);
             sw->count[C_AGGREGATED]++;
         } else if (resend) { /* a RESEND of a held contribution flushes the slot */
             send_slot(sw, INA_PARTIAL, s, held, tx);
@@ -167,14 +172,14 @@ static void data_packet(Switch *sw, const job_row *row, const ina_header *h, uin
             sw->count[C_RESEND_FORWARDED]++;
         } else {
             sw->count[C_CLAIMED]++;
-            merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
+            merge(sw, row, s, key, 1, bit, prio, payload, words, now, tx);
         }
     } else if (key_job(held) == h->job) { /* 4: another chunk of the same job */
         uint32_t age = h->seq - key_seq(held);
         if (!resend && age != 0 && age < (uint32_t)1 << 31) { /* a stale partial: to the PS, then claim */
             send_slot(sw, INA_PARTIAL, s, held, tx);
             sw->count[C_STALE]++, sw->count[C_CLAIMED]++;
-            merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
+            merge(sw, row, s, key, 1, bit, prio, payload, words, now, tx);
         } else {
             forward(sw, row, data, length, tx);
             sw->count[resend ? C_RESEND_FORWARDED : C_STRAGGLER]++;
@@ -187,7 +192,7 @@ static void data_packet(Switch *sw, const job_row *row, const ina_header *h, uin
         sw->redirect[s] = held;
         sw->count[C_PREEMPTED]++, sw->count[C_CLAIMED]++;
         sw->job_count[h->job][J_PREEMPTING]++, sw->job_count[key_job(held)][J_PREEMPTED]++;
-        merge(sw, row, s, key, 1, bit, prio, payload, now, tx);
+        merge(sw, row, s, key, 1, bit, prio, payload, words, now, tx);
     } else { /* collision */
         forward(sw, row, data, length, tx);
         sw->redirect[s] = key;
@@ -281,8 +286,10 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
     self->key = calloc(pool, sizeof *self->key), self->redirect = calloc(pool, sizeof *self->redirect);
     self->bitmap = calloc(pool, sizeof *self->bitmap), self->prio = calloc(pool, sizeof *self->prio);
     self->value = calloc((size_t)pool * words, sizeof *self->value), self->touched = calloc(pool, sizeof *self->touched);
+    self->chunk_words = calloc(pool, sizeof *self->chunk_words);
     self->job_count = calloc(1 << 16, sizeof *self->job_count);
-    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched || !self->job_count) {
+    if (!self->key || !self->redirect || !self->bitmap || !self->prio || !self->value || !self->touched || !self->chunk_words ||
+        !self->job_count) {
         PyErr_NoMemory();
         return -1;
     }
@@ -300,6 +307,7 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
 static void Switch_dealloc(Switch *self) {
     if (self->looped) ina_loop_free(&self->loop);
     free(self->key), free(self->redirect), free(self->bitmap), free(self->prio), free(self->value), free(self->touched);
+    free(self->chunk_words);
     free(self->rows), free(self->job_count);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -400,15 +408,16 @@ static PyObject *Switch_counters(Switch *self, PyObject *unused) {
     return out;
 }
 
-/* registers(): copies of (key, prio, bitmap, value, redirect, touched) as native-order bytes. */
+/* registers(): copies of (key, prio, bitmap, value, words, redirect, touched) as native-order bytes. */
 static PyObject *Switch_registers(Switch *self, PyObject *unused) {
     (void)unused;
     if (!ready(self)) return NULL;
     size_t p = self->pool;
     ina_py_lock(&self->loop);
-    PyObject *out = Py_BuildValue("(y#y#y#y#y#y#)", (const char *)self->key, (Py_ssize_t)(p * 8), (const char *)self->prio,
+    PyObject *out = Py_BuildValue("(y#y#y#y#y#y#y#)", (const char *)self->key, (Py_ssize_t)(p * 8), (const char *)self->prio,
                                   (Py_ssize_t)(p * 4), (const char *)self->bitmap, (Py_ssize_t)(p * 4),
-                                  (const char *)self->value, (Py_ssize_t)(p * self->words * 4), (const char *)self->redirect,
+                                  (const char *)self->value, (Py_ssize_t)(p * self->words * 4),
+                                  (const char *)self->chunk_words, (Py_ssize_t)(p * 4), (const char *)self->redirect,
                                   (Py_ssize_t)(p * 8), (const char *)self->touched, (Py_ssize_t)(p * 8));
     ina_py_unlock(&self->loop);
     return out;

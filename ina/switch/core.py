@@ -27,7 +27,7 @@ from ina.control import JobSpec
 from ina.control.watch import Waiting
 from ina.net.frames import Frames
 from ina.net.node import Datagram
-from ina.protocol import Flag, Kind
+from ina.protocol import HEADER_LEN, Flag, Kind
 from ina.protocol.header import valid_mask
 from ina.switch.config import SwitchConfig
 from ina.switch.state import Jobs, Slots, key_job, key_op, key_seq, make_keys
@@ -63,22 +63,23 @@ _DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), i
 
 
 class _Out:
-    """Output packets as they are decided: rows of encoded packets, each tagged with the position
-    of the input packet that caused it and a target set (section "Jobs": a job's RESULT set, or its PS)."""
+    """Output packets as they are decided: rows of encoded packets (each packet the first `length` bytes
+    of its row), each tagged with the position of the input packet that caused it and a target set
+    (section "Jobs": a job's RESULT set, or its PS)."""
 
     def __init__(self) -> None:
-        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def add(self, cause: np.ndarray, rows: np.ndarray, target: np.ndarray) -> None:
+    def add(self, cause: np.ndarray, rows: np.ndarray, length: np.ndarray, target: np.ndarray) -> None:
         if cause.size:
-            self.blocks.append((cause, rows, target))
+            self.blocks.append((cause, rows, length, target))
 
     def frames(self, table: Jobs) -> Frames:
         """Every row to every address of its target set, in the order of the input packets (stable:
         a packet's PARTIAL stays before its RESULT), a set's addresses in order."""
         if not self.blocks:
             return Frames.empty()
-        cause, rows, target = (np.concatenate(parts) for parts in zip(*self.blocks))
+        cause, rows, length, target = (np.concatenate(parts) for parts in zip(*self.blocks))
         order = np.argsort(cause, kind="stable")  # rows stay where they are: frames point at them in order
         target = target[order]
         fanout = table.set_size[target]
@@ -87,7 +88,7 @@ class _Out:
         peer = table.set_members[np.repeat(table.set_start[target], fanout) + within]
         size = rows.shape[1]
         start = np.repeat(order * size, fanout)
-        return Frames(rows.reshape(-1), start, np.full(total, size, dtype=np.int64), peer, table.addresses)
+        return Frames(rows.reshape(-1), start, np.repeat(length[order], fanout), peer, table.addresses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ class _Packets:
     seq: np.ndarray
     slot: np.ndarray
     bit: np.ndarray  # 1 << rank (DATA)
+    words: np.ndarray  # payload words (DATA: its chunk's, 1..K)
     prio: np.ndarray  # effective priority min(priority, priority_cap)
     key: np.ndarray
 
@@ -248,6 +250,7 @@ class SwitchCore:
             seq=seq[i],
             slot=head["slot"][i].astype(np.int64),
             bit=(np.uint32(1) << rank[i].astype(np.uint32)).astype(np.uint32),
+            words=(batch.lengths[i] - HEADER_LEN) // 4,
             prio=np.minimum(head["priority"][i].astype(np.int64), table.priority_cap[row[i]]),
             key=make_keys(job[i], seq[i], op[i]),
         )
@@ -255,8 +258,8 @@ class SwitchCore:
     def _aggregate_runs(self, p: _Packets, batch: Batch, now: float, out: _Out) -> np.ndarray:
         """Fast path for the common case, a slot's packets all adding to (or claiming) one chunk.
 
-        A run qualifies when its packets are first transmissions of one chunk with distinct ranks,
-        the chunk is not redirected, and the slot is free or holds that chunk without any of
+        A run qualifies when its packets are first transmissions of one chunk (cut alike) with distinct
+        ranks, the chunk is not redirected, and the slot is free or holds that chunk without any of
         those ranks: one at a time, they would claim (if free) and add, completing at most at the
         last packet. Such runs are folded with segment reductions; returns the other rows of `p`.
         """
@@ -264,16 +267,17 @@ class SwitchCore:
             return p.index
         slots = self.slots
         order = np.argsort(p.slot, kind="stable")
-        slot, key, bit = p.slot[order], p.key[order], p.bit[order]
+        slot, key, bit, words = p.slot[order], p.key[order], p.bit[order], p.words[order]
         begin = _run_starts(slot)
         length = np.diff(begin, append=slot.size)
-        lead = key[begin]
-        plain = np.minimum.reduceat(p.data[order] & ~p.resend[order] & (key == np.repeat(lead, length)), begin)
+        lead, lead_words = key[begin], words[begin]
+        alike = (key == np.repeat(lead, length)) & (words == np.repeat(lead_words, length))
+        plain = np.minimum.reduceat(p.data[order] & ~p.resend[order] & alike, begin)
         bits = np.bitwise_or.reduceat(bit, begin)
         distinct = np.add.reduceat(bit.astype(np.uint64), begin) == bits
         s = slot[begin]
         held, held_bits = slots.key[s], slots.bitmap[s]
-        fits = (held == 0) | ((held == lead) & ((held_bits & bits) == 0))
+        fits = (held == 0) | ((held == lead) & ((held_bits & bits) == 0) & (slots.words[s] == lead_words))
         ok = plain & distinct & (lead != slots.redirect[s]) & fits
         r = np.flatnonzero(ok)
         if r.size:
@@ -281,7 +285,7 @@ class SwitchCore:
             folded = _fold(batch.payload[p.index[order]], begin, length, r, is_max)
             prio = np.maximum.reduceat(p.prio[order], begin)[r]
             claimed = held[r] == 0
-            self._merge(s[r], ~claimed, folded, bits[r], prio, lead[r], is_max, now)
+            self._merge(s[r], ~claimed, folded, bits[r], prio, lead[r], lead_words[r], is_max, now)
             last = order[begin[r] + length[r] - 1]
             self._complete(s[r], p.job[last], p.index[last], out)
             self._counts["claimed"] += int(np.count_nonzero(claimed))
@@ -297,6 +301,9 @@ class SwitchCore:
         redirected = p.data & (p.key == redirect)  # 1
         rest = p.data & ~redirected
         same = rest & (key == p.key)  # 2
+        misfit = same & (slots.words[s] != p.words)  # cut otherwise than the chunk its slot holds: bad_format
+        same &= ~misfit
+        rest &= ~misfit
         mine = (held & p.bit) != 0
         resend_flush = same & mine & p.resend
         duplicate = same & mine & ~p.resend
@@ -323,17 +330,18 @@ class SwitchCore:
         claim = (free & first) | stale | preempt
         grown = claim | add
         g = np.flatnonzero(grown)
-        self._merge(s[g], add[g], batch.payload[p.index[g]], p.bit[g], p.prio[g], p.key[g], key_op(p.key[g]), now)
+        self._merge(s[g], add[g], batch.payload[p.index[g]], p.bit[g], p.prio[g], p.key[g], p.words[g], key_op(p.key[g]), now)
         self._complete(s[g], p.job[g], p.index[g], out)
 
         forward = redirected | (free & p.resend) | (same_job & ~stale) | (other_job & p.resend) | collision
-        out.add(p.index[forward], batch.raw[p.index[forward]], 2 * p.job[forward] + 1)  # unchanged, to the job's PS
+        sent = p.index[forward]
+        out.add(sent, batch.raw[sent], batch.lengths[sent], 2 * p.job[forward] + 1)  # unchanged, to the job's PS
 
         self._count_jobs("preempting", p.key[preempt])
         self._count_jobs("preempted", key[preempt])
         self._count_jobs("collisions", p.key[collision])
         for name, mask in (
-            ("redirected", redirected), ("duplicate", duplicate), ("flushed", resend_flush),
+            ("redirected", redirected), ("bad_format", misfit), ("duplicate", duplicate), ("flushed", resend_flush),
             ("aggregated", add), ("claimed", claim), ("stale", stale), ("preempted", preempt),
             ("collision", collision), ("flush_requests", flush), ("flush_hits", flush_hit),
             ("resend_forwarded", p.resend & (free | same_job | other_job)),
@@ -342,8 +350,9 @@ class SwitchCore:
             self._count(name, mask)
 
     def _merge(self, s: np.ndarray, held: np.ndarray, payload: np.ndarray, bits: np.ndarray, prio: np.ndarray,
-               key: np.ndarray, is_max: np.ndarray, now: float) -> None:  # fmt: skip
-        """Fold contributions into slots `s`: onto the partial where `held`, else into a fresh claim."""
+               key: np.ndarray, words: np.ndarray, is_max: np.ndarray, now: float) -> None:  # fmt: skip
+        """Fold contributions (chunks of `words` words, zero-padded to K) into slots `s`: onto the partial where
+        `held`, else into a fresh claim."""
         slots = self.slots
         if is_max.any() or (held.any() and not held.all()):
             base = np.where(held[:, None], slots.value[s], np.uint32(0))
@@ -355,6 +364,7 @@ class SwitchCore:
         slots.bitmap[s] = np.where(held, slots.bitmap[s], np.uint32(0)) | bits
         slots.prio[s] = np.maximum(np.where(held, slots.prio[s], 0), prio)
         slots.key[s] = key
+        slots.words[s] = words
         slots.touched[s] = now
 
     def _complete(self, s: np.ndarray, job: np.ndarray, index: np.ndarray, out: _Out) -> None:
@@ -365,25 +375,27 @@ class SwitchCore:
         self.slots.key[s[done]] = 0
         self._count("completed", done)
 
-    def _partials(self, s: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _partials(self, s: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each for its job's PS."""
         slots = self.slots
         return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s])
 
-    def _results(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _results(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """RESULTs of completed slots `s`, each for every worker of the job, then its PS."""
         slots = self.slots
         return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s])
 
-    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Encoded packets for slots `s` and their target sets (a job's RESULT set, or its PS)."""
+    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray,
+                bitmap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Encoded packets for slots `s`, their lengths (the words of each slot's chunk) and their target sets
+        (a job's RESULT set, or its PS)."""
         table = self.table
         job = key_job(key)
         row = table.index[job]
         op = key_op(key)
         lanes = np.where(op, 32, table.lane_bits[row])
         rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
-        return rows, 2 * row + (kind == Kind.PARTIAL)
+        return rows, HEADER_LEN + 4 * self.slots.words[s], 2 * row + (kind == Kind.PARTIAL)
 
 
 def waiting_in(key: np.ndarray, bitmap: np.ndarray) -> Waiting:

@@ -101,12 +101,13 @@ class NativeSwitchCore(NativeNode):
     @property
     def slots(self) -> Slots:
         """A copy of the slot registers, as the Python core holds them (tests, test vectors)."""
-        key, prio, bitmap, value, redirect, touched = self._core.registers()
+        key, prio, bitmap, value, words, redirect, touched = self._core.registers()
         slots = Slots(self.settings.pool, self.settings.words)
         slots.key[:] = np.frombuffer(key, dtype=np.uint64)
         slots.prio[:] = np.frombuffer(prio, dtype=np.uint32)
         slots.bitmap[:] = np.frombuffer(bitmap, dtype=np.uint32)
         slots.value[:] = np.frombuffer(value, dtype=np.uint32).reshape(slots.value.shape)
+        slots.words[:] = np.frombuffer(words, dtype=np.uint32)
         slots.redirect[:] = np.frombuffer(redirect, dtype=np.uint64)
         slots.touched[:] = np.frombuffer(touched, dtype=np.float64)
         return slots

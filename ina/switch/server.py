@@ -60,7 +60,7 @@ class SwitchServer(Service):
     # -- ControlTarget -----------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        return self.core.config() | {"listen": "%s:%d" % self.address, "faults": asdict(self.faults)}
+        return self.core.config() | {"listen": "%s:%d" % self.address, "faults": asdict(self.faults), "short_chunks": True}
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
         return self.core.register(spec)

@@ -47,13 +47,16 @@ def key_op(keys: np.ndarray) -> np.ndarray:
 
 
 class Slots:
-    """The P aggregator slots: key, prio, bitmap, value[K], redirect and touched registers."""
+    """The P aggregator slots: key, prio, bitmap, value[K], words, redirect and touched registers.
+
+    `words` is the DATA words of the chunk a slot holds (1..K: a short chunk uses the first of value[K])."""
 
     def __init__(self, pool: int, words: int) -> None:
         self.key = np.zeros(pool, dtype=np.uint64)
         self.prio = np.zeros(pool, dtype=np.int64)
         self.bitmap = np.zeros(pool, dtype=np.uint32)
         self.value = np.zeros((pool, words), dtype=np.uint32)
+        self.words = np.zeros(pool, dtype=np.int64)
         self.redirect = np.zeros(pool, dtype=np.uint64)
         self.touched = np.zeros(pool, dtype=np.float64)
 
@@ -73,6 +76,7 @@ class Slots:
             "prio": int(self.prio[slot]),
             "bitmap": int(self.bitmap[slot]),
             "value": self.value[slot].tolist(),
+            "words": int(self.words[slot]),
             "redirect": _describe_key(self.redirect[slot]),
             "touched": float(self.touched[slot]),
         }

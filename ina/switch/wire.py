@@ -15,9 +15,10 @@ from ina.switch.state import NO_ADDRESS
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """B received packets: `raw`, each cut or zero-padded to a DATA packet's size; their headers
+    """B received packets: `raw`, each cut or zero-padded to a K-word DATA packet's size; their headers
     (HEADER_DTYPE); true byte lengths; payloads as a (B, K) uint32 matrix (meaningful for valid
-    DATA only); and source address ids. A valid DATA packet's `raw` row is its exact bytes."""
+    DATA only, a short chunk's zero-padded); and source address ids. A valid DATA packet's `raw`
+    row begins with its exact bytes (`lengths` of them)."""
 
     raw: np.ndarray
     headers: np.ndarray
@@ -47,7 +48,8 @@ def encode(
     bitmap: np.ndarray,
     values: np.ndarray,
 ) -> np.ndarray:
-    """RESULT or PARTIAL packets (rank 0, index_bits 0, RESEND clear) as rows of a uint8 matrix, one per row of `values`."""
+    """RESULT or PARTIAL packets (rank 0, index_bits 0, RESEND clear) as rows of a uint8 matrix, one per row of
+    `values` (K words: a short chunk's packet is the row's first bytes)."""
     head = new_headers(values.shape[0])
     head["kind"], head["flags"] = int(kind), np.where(op, int(Flag.MAX), 0)
     head["job"], head["seq"], head["priority"], head["slot"] = job, seq, priority, slot
