@@ -28,11 +28,13 @@ def config(**changes) -> EngineConfig:
 
 
 def result_for(data: Datagram, sums: np.ndarray, *, workers: int = 3, source: Address = SWITCH, **changes) -> Datagram:
-    """The RESULT a correct aggregator returns for one of our DATA packets."""
-    header, _ = parse(data.data, K)
+    """The RESULT a correct aggregator returns for one of our DATA packets: the first of `sums`, as many
+    as the chunk has (docs/protocol.md, section 2)."""
+    header, payload = parse(data.data, K)
     result = header.with_(kind=Kind.RESULT, rank=0, priority=0, flags=header.flags & Flag.MAX,
                           bitmap=(1 << workers) - 1, **changes)
-    return Datagram(result.pack(np.asarray(sums, dtype=np.uint32)), source)
+    words = result_words(payload.size, result.index_bits, result.lane_bits)
+    return Datagram(result.pack(np.asarray(sums, dtype=np.uint32)[:words]), source)
 
 
 def headers(datagrams: list[Datagram]) -> list[Header]:
@@ -50,8 +52,23 @@ def test_chunks_carry_consecutive_seqs_slots_and_the_senders_bit():
     assert all(h.kind == Kind.DATA and h.rank == 1 and h.bitmap == 2 and h.priority == 9 for h in got)
     assert all(h.lane_bits == 8 and h.index_bits == 0 and not h.resend for h in got)
     payload = np.concatenate([parse(d.data, K)[1] for d in sent])
-    assert payload.tolist() == list(range(10)) + [0, 0]  # zero-padded last chunk
-    assert all(d.addr == SWITCH for d in sent)
+    assert payload.tolist() == list(range(10))  # the last chunk as long as its words
+    assert [len(d.data) for d in sent] == [20 + 4 * K, 20 + 4 * K, 20 + 4 * 2]
+    assert all(d.addr == SWITCH for d in sent) and engine.counters["padding_bytes"] == 0
+
+
+def test_chunks_for_a_switch_of_whole_chunks_are_padded_and_the_padding_counted():
+    engine = Engine(config(pad=True), FixedPriority(9))
+    engine.submit(np.arange(10, dtype=np.uint32), lane_bits=8, now=0.0)
+    engine.submit(np.ones(1, dtype=np.uint32), op="max", lane_bits=32, now=0.0)
+    sent = engine.tick(0.0)
+    assert np.concatenate([parse(d.data, K)[1] for d in sent]).tolist() == list(range(10)) + [0, 0] + [1, 0, 0, 0]
+    assert engine.counters["padding_bytes"] == 4 * 2 + 4 * 3
+    engine.receive([result_for(sent[2], [7, 7, 0, 0]), result_for(sent[3], [1, 0, 0, 0])], 0.001)
+    engine.tick(0.05)  # the rest are resent, padded again
+    assert engine.counters["resent"] == 2 and engine.counters["padding_bytes"] == 4 * 5
+    engine.receive([result_for(d, [5] * K) for d in sent[:2]], 0.051)
+    assert [sums.tolist() for _, sums in engine.completed()] == [[5] * 8 + [7, 7], [1]]
 
 
 def test_window_holds_back_chunk_seq_until_seq_minus_w_is_in():
@@ -112,12 +129,14 @@ def test_max_and_index_chunks_have_their_result_shapes():
     got = headers(sent)
     assert got[0].is_max and got[0].lane_bits == 32 and all(h.slot == 0 for h in got)
     assert [h.index_bits for h in got] == [0, 4, 4]
+    assert [len(d.data) for d in sent] == [20 + 4, 20 + 4 * K, 20 + 4]  # a MAX word, K words, the word left
     per_chunk = result_words(K, 4, 8)
-    engine.receive([result_for(sent[0], norm.tolist() + [0] * (K - 1), source=PS)], 0.001)
+    engine.receive([result_for(sent[0], norm, source=PS)], 0.001)
     engine.receive([result_for(d, np.full(per_chunk, 3), source=PS) for d in sent[1:]], 0.001)
     (_, mx), (_, indices) = engine.completed()
     assert mx.view(np.float32).tolist() == [2.5]
-    assert indices.tolist() == [3] * (2 * per_chunk)
+    tail = result_words(1, 4, 8)  # the lanes of the last chunk's 8 indices: zero beyond them
+    assert indices.tolist() == [3] * (per_chunk + tail) + [0] * (per_chunk - tail)
 
 
 @pytest.mark.parametrize("bad", [
@@ -136,6 +155,18 @@ def test_mismatching_results_are_dropped_and_counted(bad):
     forged = header.with_(kind=Kind.RESULT, rank=0, bitmap=0b111, flags=Flag.NONE).with_(**bad)
     engine.receive([Datagram(forged.pack(np.ones(words, dtype=np.uint32)), SWITCH)], 0.001)
     assert engine.completed() == [] and engine.counters["unexpected"] == 1
+
+
+def test_a_result_not_as_long_as_its_chunk_is_dropped_and_counted():
+    engine = Engine(config())
+    engine.submit(np.arange(K + 2, dtype=np.uint32), lane_bits=8, now=0.0)
+    whole, tail = engine.tick(0.0)
+    right = [result_for(whole, np.full(K, 5)), result_for(tail, [6, 6])]
+    wrong = [Datagram(right[0].data[:-4], SWITCH), Datagram(right[1].data + bytes(8), SWITCH)]  # valid lengths, not the chunks'
+    engine.receive(wrong, 0.001)
+    assert engine.completed() == [] and engine.counters["unexpected"] == 2
+    engine.receive(right, 0.002)
+    assert [sums.tolist() for _, sums in engine.completed()] == [[5] * K + [6, 6]]
 
 
 def test_foreign_malformed_and_unknown_packets_change_nothing():

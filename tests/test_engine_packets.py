@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.protocol import Flag, Header, Kind
-from ina.transport.packets import data_packets, payloads
+from ina.transport.packets import data_lengths, data_packets, payloads
 
 K = 8
 
@@ -44,6 +44,16 @@ def test_data_packets_are_byte_identical_to_header_pack(first_seq, chunks, extra
 def test_payloads_of_several_results_are_one_matrix():
     results = [Header(Kind.RESULT, 1, seq, lane_bits=8, bitmap=3).pack(np.arange(seq, seq + K, dtype=np.uint32)) for seq in range(3)]
     assert payloads(results, K).tolist() == [list(range(seq, seq + K)) for seq in range(3)]
+
+
+def test_a_reductions_last_chunk_is_as_long_as_its_words_unless_padded():
+    assert data_lengths(2 * K + 3, K, pad=False).tolist() == [20 + 4 * K, 20 + 4 * K, 20 + 4 * 3]
+    assert data_lengths(2 * K + 3, K, pad=True).tolist() == [20 + 4 * K] * 3
+    assert data_lengths(1, K, pad=False).tolist() == [24]  # a MAX chunk
+    short = Header(Kind.RESULT, 1, 0, lane_bits=8, bitmap=3).pack(np.array([7, 8], dtype=np.uint32))
+    assert payloads([short], K).tolist() == [[7, 8] + [0] * (K - 2)]
+    rows = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert [d.data for d in Frames.of_rows(rows, ("a", 1), np.array([4, 4, 2])).datagrams()] == [b"\0\1\2\3", b"\4\5\6\7", b"\x08\x09"]
 
 
 def test_frames_of_rows_and_join_keep_every_datagram_in_order():

@@ -42,11 +42,12 @@ class Frames:
         return cls(buffer, np.cumsum(length) - length, length, peer, list(index))
 
     @classmethod
-    def of_rows(cls, rows: np.ndarray, address: Address) -> Frames:
-        """Every row of a uint8 matrix (C order) as one datagram to `address`, without copying."""
+    def of_rows(cls, rows: np.ndarray, address: Address, length: np.ndarray | None = None) -> Frames:
+        """Every row of a uint8 matrix (C order) as one datagram to `address`, without copying: the whole row,
+        or its first `length[i]` bytes."""
         count, size = rows.shape
-        return cls(rows.reshape(-1), np.arange(count, dtype=np.int64) * size, np.full(count, size, dtype=np.int64),
-                   np.zeros(count, dtype=np.int64), [address])  # fmt: skip
+        length = np.full(count, size, dtype=np.int64) if length is None else np.asarray(length, dtype=np.int64)
+        return cls(rows.reshape(-1), np.arange(count, dtype=np.int64) * size, length, np.zeros(count, dtype=np.int64), [address])
 
     @classmethod
     def join(cls, parts: Sequence[Frames]) -> Frames:

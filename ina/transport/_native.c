@@ -29,10 +29,10 @@
 
 /* Counters, by the reference's names (Engine.counters). */
 enum { C_SENT, C_RESENT, C_DELIVERED, C_STATUS, C_FETCH_ANSWERED, C_FOREIGN, C_MALFORMED, C_UNEXPECTED, C_LATE,
-       C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_COUNT };
+       C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_PADDING_BYTES, C_COUNT };
 static const char *const counter_names[C_COUNT] = {"sent", "resent", "delivered", "status", "fetch_answered", "foreign",
                                                    "malformed", "unexpected", "late", "fetch_missing", "failed",
-                                                   "failovers", "failbacks"};
+                                                   "failovers", "failbacks", "padding_bytes"};
 
 typedef struct {
     Py_buffer words; /* the submitted words, read until the reduction is handed back */
@@ -80,6 +80,7 @@ typedef struct {
     uint32_t full, words, window, slot_base, span_mask, pool_mask;
     int window_pow2; /* W is a power of two (every transport's is): ring slots by mask, not division */
     int ps_only;
+    int pad; /* every DATA zero-padded to K words (a switch that takes only whole chunks), else as long as its chunk */
     ina_addr destination, other, ps;
     int has_other, has_ps;
     double min_rto, max_rto, initial_rto, peer_timeout;
@@ -205,10 +206,17 @@ static uint32_t slot_of(const Engine *e, uint64_t seq) {
     return e->ps_only ? 0 : (uint32_t)((e->slot_base + (seq & e->span_mask)) & e->pool_mask);
 }
 
-/* Queue the DATA packet of chunk `index` of `r`. Out of memory, it is not queued: the chunk's timer
- * resends it, as if the network had lost it. */
+/* The DATA words chunk `index` of `r` carries (its words; the last chunk's, only those left). */
+static size_t chunk_words(const Engine *e, const reduction *r, uint32_t index) {
+    size_t total = (size_t)r->words.len / 4, at = (size_t)index * e->words;
+    return total - at < e->words ? total - at : e->words;
+}
+
+/* Queue the DATA packet of chunk `index` of `r`: as long as its chunk, or padded to K words. Out of memory, it
+ * is not queued: the chunk's timer resends it, as if the network had lost it. */
 static void send_data(Engine *e, ina_tx *tx, const reduction *r, uint32_t index, uint8_t prio, int resend) {
-    size_t length = INA_HEADER_BYTES + 4 * (size_t)e->words;
+    size_t take = chunk_words(e, r, index), words = e->pad ? e->words : take;
+    size_t length = INA_HEADER_BYTES + 4 * words;
     uint8_t *p = ina_tx_add(tx, e->via_ps ? e->ps : e->destination, length);
     if (!p) return;
     uint64_t seq = r->first_seq + index;
@@ -216,11 +224,10 @@ static void send_data(Engine *e, ina_tx *tx, const reduction *r, uint32_t index,
                     .priority = prio, .index_bits = r->index_bits, .lane_bits = r->lane_bits, .job = e->job,
                     .slot = (uint16_t)slot_of(e, seq), .seq = (uint32_t)seq, .bitmap = (uint32_t)1 << e->rank};
     ina_write_header(p, &h);
-    size_t total = (size_t)r->words.len / 4, at = (size_t)index * e->words;
-    size_t take = total - at < e->words ? total - at : e->words;
-    ina_store_words(p + INA_HEADER_BYTES, (const uint32_t *)r->words.buf + at, take);
-    memset(p + INA_HEADER_BYTES + 4 * take, 0, 4 * (e->words - take));
+    ina_store_words(p + INA_HEADER_BYTES, (const uint32_t *)r->words.buf + (size_t)index * e->words, take);
+    memset(p + INA_HEADER_BYTES + 4 * take, 0, 4 * (words - take));
     e->bytes_sent += length;
+    e->counters[C_PADDING_BYTES] += 4 * (words - take);
 }
 
 static void signal_changed(Engine *e) { pthread_cond_broadcast(&e->changed); }
@@ -336,7 +343,8 @@ static kept_result *kept_of(Engine *e, uint64_t seq) { return &e->results[ring_s
 static void write_in_out(Engine *e, const kept_result *k, uint8_t *packet) {
     const reduction *r = reduction_of(e, k->handle);
     memcpy(packet, k->header, INA_HEADER_BYTES);
-    ina_store_words(packet + INA_HEADER_BYTES, (const uint32_t *)r->out.buf + (size_t)k->index * r->per_result, r->per_result);
+    ina_store_words(packet + INA_HEADER_BYTES, (const uint32_t *)r->out.buf + (size_t)k->index * r->per_result,
+                    (k->length - INA_HEADER_BYTES) / 4);
 }
 
 /* Keep chunk `c`'s RESULT (`take` of its words fill `out`). In PS-only mode the PS's ring holds
@@ -344,7 +352,7 @@ static void write_in_out(Engine *e, const kept_result *k, uint8_t *packet) {
 static void keep_result(Engine *e, const reduction *r, const chunk *c, const uint8_t *data, uint32_t length, size_t take) {
     if (e->ps_only) return;
     kept_result *k = kept_of(e, c->seq);
-    int in_out = take == r->per_result;
+    int in_out = INA_HEADER_BYTES + 4 * take == length;
     if (in_out) {
         memcpy(k->header, data, INA_HEADER_BYTES);
     } else if (room_for(k, length)) {
@@ -423,8 +431,9 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
         return;
     }
     reduction *r = reduction_of(e, c->handle);
+    size_t sent = e->pad ? e->words : chunk_words(e, r, c->index), words = ina_result_words((uint32_t)sent, r->index_bits, r->lane_bits);
     if ((h.flags & INA_FLAG_MAX) != r->flags || h.lane_bits != r->lane_bits || h.index_bits != r->index_bits ||
-        h.bitmap != e->full) {
+        h.bitmap != e->full || length != INA_HEADER_BYTES + 4 * words) { /* as long as the chunk sent */
         e->counters[C_UNEXPECTED]++;
         return;
     }
@@ -432,8 +441,9 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
     while (e->oldest < e->next_send && !e->outstanding[ring_slot(e, e->oldest, e->window)].live) e->oldest++;
     if (c->retries == 0) sample_rtt(e, now - c->first_sent);
     size_t room = (size_t)r->out.len / 4, at = (size_t)c->index * r->per_result;
-    size_t take = room - at < r->per_result ? room - at : r->per_result;
+    size_t row = room - at < r->per_result ? room - at : r->per_result, take = row < words ? row : words;
     ina_load_words((uint32_t *)r->out.buf + at, data + INA_HEADER_BYTES, take);
+    memset((uint32_t *)r->out.buf + at + take, 0, 4 * (row - take)); /* an indices chunk's short RESULT */
     keep_result(e, r, c, data, (uint32_t)length, take);
     e->counters[C_DELIVERED]++;
     if (--r->remaining == 0) signal_changed(e);
@@ -450,21 +460,21 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"job", "rank", "workers", "words", "window", "destination", "other", "ps", "pool",
                             "slot_base", "span", "ps_only", "min_rto", "max_rto", "initial_rto", "peer_timeout",
                             "first_seq", "level", "reference_rate", "levels_per_doubling", "time_constant",
-                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", NULL};
+                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", NULL};
     unsigned job, rank, workers, words, window, pool, slot_base, span;
     unsigned long long first_seq;
     PyObject *destination, *other, *ps;
-    int ps_only, level, served;
+    int ps_only, level, served, pad = 0;
     if (self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "the engine is set up already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|dd", names, &job, &rank, &workers, &words,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddp", names, &job, &rank, &workers, &words,
                                      &window, &destination, &other, &ps, &pool, &slot_base, &span, &ps_only,
                                      &self->min_rto, &self->max_rto, &self->initial_rto, &self->peer_timeout,
                                      &first_seq, &level, &self->reference_rate, &self->levels_per_doubling,
                                      &self->time_constant, &self->age_step, &self->decaying_bytes,
-                                     &self->observed_at, &served, &self->failover, &self->failback))
+                                     &self->observed_at, &served, &self->failover, &self->failback, &pad))
         return -1;
     if (job > 0xFFFF || workers < 1 || workers > INA_MAX_WORKERS || rank >= workers || words < 1 ||
         words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 || window < 1 || pool < 1 || (pool & (pool - 1)) ||
@@ -485,7 +495,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         self->ps = (ina_addr){ip, (uint16_t)port};
     }
     self->job = (uint16_t)job, self->rank = (uint8_t)rank, self->full = (uint32_t)(((uint64_t)1 << workers) - 1);
-    self->words = words, self->window = window, self->slot_base = slot_base, self->ps_only = ps_only;
+    self->words = words, self->window = window, self->slot_base = slot_base, self->ps_only = ps_only, self->pad = pad;
     self->window_pow2 = (window & (window - 1)) == 0;
     self->span_mask = span - 1, self->pool_mask = pool - 1, self->level = level;
     self->next_seq = self->next_send = self->oldest = first_seq;

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ina.protocol import result_words
+from ina.protocol import HEADER_LEN, result_words
 
 SEQ_MASK = 0xFFFFFFFF
 """Sequence numbers are 32 bits on the wire; the engine counts them unwrapped."""
@@ -17,14 +17,17 @@ SEQ_MASK = 0xFFFFFFFF
 
 @dataclass(slots=True, eq=False)
 class Reduction:
-    """One submitted reduction: chunks `first_seq ..` (unwrapped), their DATA packets (rows of
-    `packets`, priority 0, RESEND clear), the `format` their RESULTs must have (MAX flag, lane_bits,
-    index_bits), and their results, which fill in as chunks complete, in any order (and are copied into
-    `out` at the end, when the submitter gave one)."""
+    """One submitted reduction: chunks `first_seq ..` (unwrapped), their DATA packets (the first `lengths[i]`
+    bytes of row i of `packets`, priority 0, RESEND clear; the last one's zero bytes beyond its words are
+    `padding`), the `format` their RESULTs must have (MAX flag, lane_bits, index_bits) and their payload words
+    (`words_per_result`, the last chunk's as long as it), and their results, which fill in as chunks complete,
+    in any order (and are copied into `out` at the end, when the submitter gave one)."""
 
     handle: int
     first_seq: int
     packets: np.ndarray
+    lengths: np.ndarray
+    padding: int
     format: tuple[int, int, int]
     words_per_result: int
     length: int
@@ -45,6 +48,13 @@ class Reduction:
         """Chunks `indices` (distinct, not filled before) completed with the rows of `sums`."""
         self.result[indices] = sums
         self.remaining -= indices.size
+
+    def result_bytes(self, index: int) -> int:
+        """The bytes of chunk `index`'s RESULT: as long as the chunk sent (docs/protocol.md, section 2)."""
+        if index < self.chunks - 1:
+            return HEADER_LEN + 4 * self.words_per_result
+        _, lane_bits, index_bits = self.format
+        return HEADER_LEN + 4 * result_words((int(self.lengths[index]) - HEADER_LEN) // 4, index_bits, lane_bits)
 
     @property
     def done(self) -> bool:

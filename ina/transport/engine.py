@@ -22,7 +22,7 @@ from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
 from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length
 from ina.transport.errors import TransportError
 from ina.protocol.batch import read_headers
-from ina.transport.packets import data_packets, payloads
+from ina.transport.packets import data_lengths, data_packets, payloads
 from ina.transport.priority import MAX_PRIORITY, IntensityPriority, PriorityPolicy
 from ina.transport.rto import RttEstimator
 
@@ -65,6 +65,9 @@ class EngineConfig:
     PS instead (docs/protocol.md, section 8, "Failover"); 0: never. Below peer_timeout."""
     failback: float = 0.0
     """Seconds after a failover before new chunks try the switch again; 0: never."""
+    pad: bool = False
+    """Every DATA zero-padded to `words`: the switch takes only whole chunks (a P4 switch, docs/protocol.md,
+    section 1). Else a reduction's last chunk carries only its words, a MAX one."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.job < 1 << 16:
@@ -106,28 +109,29 @@ class EngineConfig:
 
 
 class _Outgoing:
-    """What one call sends, in order: answers to FETCHes (to the PS), then runs of DATA rows, each to
-    where DATA went when it was added (the switch, or the PS after a failover)."""
+    """What one call sends, in order: answers to FETCHes (to the PS), then runs of DATA rows (each packet the
+    first `lengths[i]` bytes of its row), each to where DATA went when it was added (the switch, or the PS
+    after a failover)."""
 
     __slots__ = ("answers", "runs")
 
     def __init__(self) -> None:
         self.answers: list[Datagram] = []
-        self.runs: list[tuple[np.ndarray, Address]] = []
+        self.runs: list[tuple[np.ndarray, np.ndarray, Address]] = []
 
-    def add(self, rows: np.ndarray, destination: Address) -> None:
-        self.runs.append((rows, destination))
+    def add(self, rows: np.ndarray, lengths: np.ndarray, destination: Address) -> None:
+        self.runs.append((rows, lengths, destination))
 
     def frames(self) -> Frames:
         """One buffer of everything (the rows are copied: they may be views of a reduction's packets)."""
-        data = [Frames.of_rows(rows, destination) for rows, destination in self.runs]
+        data = [Frames.of_rows(rows, destination, lengths) for rows, lengths, destination in self.runs]
         return Frames.join([Frames.of(self.answers), *data])
 
     def datagrams(self) -> list[Datagram]:
         """The same as `Datagram`s (the `Node` interface's form)."""
         out = list(self.answers)
-        for rows, destination in self.runs:
-            out += [Datagram(row.tobytes(), destination) for row in rows]
+        for rows, lengths, destination in self.runs:
+            out += [Datagram(row[:length].tobytes(), destination) for row, length in zip(rows, lengths.tolist())]
         return out
 
 
@@ -140,9 +144,9 @@ class Engine:
     a peer that stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
     With a switch, it keeps its newest 2W results to answer its PS's FETCH (the PS lost a result
     another worker needs); in PS-only mode the PS's own ring holds them all, and it keeps none
-    (docs/protocol.md, section 8). `counters`: sent, resent, delivered, status, fetch_answered, and drops:
-    foreign (not from the switch or PS), malformed, unexpected (wrong job, kind, format,
-    or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
+    (docs/protocol.md, section 8). `counters`: sent, resent, delivered, status, fetch_answered, padding_bytes
+    (zeros sent to fill chunks to K for a switch that takes only whole chunks), and drops: foreign (not from
+    the switch or PS), malformed, unexpected (wrong job, kind, format, length, or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
     for a result not kept); failed.
     Packets are built a reduction at a time, sent a burst at a time, and read a batch at a time
     (`ina.transport.packets`); what remains per packet is the window's bookkeeping, in arrival order.
@@ -183,7 +187,8 @@ class Engine:
 
         `lane_bits` is the width of the sum lanes (32 for `max`); `index_bits > 0` sends packed
         THC indices for the PS to look up (PS-only mode). The result has `len(words)` words
-        for lanes, and `result_words(K, index_bits, lane_bits)` words per chunk for indices;
+        for lanes, and `result_words(K, index_bits, lane_bits)` words per chunk for indices (the
+        last chunk's zero beyond those of its RESULT);
         it is `out` when given (a writable uint32 array of that length, which may be `words`
         itself for lanes: a chunk's sums replace its words only once they are no longer sent).
         """
@@ -196,10 +201,11 @@ class Engine:
         seqs = np.arange(self._next_seq, self._next_seq + chunks, dtype=np.int64)
         flags = Flag.MAX if op == "max" else Flag.NONE
         template = Header(Kind.DATA, config.job, 0, flags, config.rank, 0, 0, index_bits, lane_bits, 1 << config.rank)
+        padding = 4 * (chunks * config.words - words.size) if config.pad else 0
         reduction = Reduction(
             self._next_handle, self._next_seq, data_packets(template, seqs, config.slot(seqs), words, config.words),
-            (int(flags), lane_bits, index_bits), result_words(config.words, index_bits, lane_bits),
-            length, now, checked_output(out, length),
+            data_lengths(words.size, config.words, config.pad), padding, (int(flags), lane_bits, index_bits),
+            result_words(config.words, index_bits, lane_bits), length, now, checked_output(out, length),
         )  # fmt: skip
         self._next_handle += 1
         self._next_seq += chunks
@@ -307,13 +313,14 @@ class Engine:
             begin, end = self._next_send - first, min(reduction.chunks, limit - first)
             rows = reduction.packets[begin:end]
             rows[:, _PRIORITY_AT] = self._priority(reduction, now)
-            out.add(rows.copy(), self.destination)
+            out.add(rows.copy(), reduction.lengths[begin:end], self.destination)
             for index in range(begin, end):
                 outstanding[first + index] = Chunk(first + index, reduction, index, now, deadline)
                 heapq.heappush(timers, (deadline, first + index))
             self.counters["sent"] += end - begin
             self._next_send = first + end
             if end == reduction.chunks:
+                self._count_padding(reduction.padding)
                 self._unsent.popleft()
 
     def _resend(self, chunks: list[Chunk], now: float, out: _Outgoing) -> None:
@@ -321,11 +328,17 @@ class Engine:
         rows = np.stack([chunk.reduction.packets[chunk.index] for chunk in chunks])
         rows[:, _FLAGS_AT] |= _RESEND
         rows[:, _PRIORITY_AT] = [self._priority(chunk.reduction, now) for chunk in chunks]
-        out.add(rows, self.destination)
+        out.add(rows, np.array([chunk.reduction.lengths[chunk.index] for chunk in chunks]), self.destination)
+        self._count_padding(sum(c.reduction.padding for c in chunks if c.index == c.reduction.chunks - 1))
         peer_timeout = self.config.peer_timeout
         for chunk in chunks:
             chunk.deadline = min(now + self.rtt.backoff(chunk.retries), chunk.first_sent + peer_timeout)
             heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
+
+    def _count_padding(self, padding: int) -> None:
+        """Zero bytes sent to fill a chunk to K (only where there are any: a counter is listed once it counts)."""
+        if padding:
+            self.counters["padding_bytes"] += padding
 
     def _priority(self, reduction: Reduction, now: float) -> int:
         """The policy's priority for the reduction's chunks sent at `now` (they were all queued at once)."""
@@ -358,7 +371,8 @@ class Engine:
             elif h.kind == _STATUS:
                 chunk.status = h.bitmap
                 counters["status"] += 1
-            elif (h.flags & _MAX, h.lane_bits, h.index_bits) != chunk.reduction.format or h.bitmap != self._full:
+            elif (h.flags & _MAX, h.lane_bits, h.index_bits) != chunk.reduction.format or h.bitmap != self._full \
+                    or len(data) != chunk.reduction.result_bytes(chunk.index):  # fmt: skip
                 counters["unexpected"] += 1
             else:
                 del outstanding[chunk.seq]

@@ -174,7 +174,7 @@ class _UdpTransport(Transport):
             job=registration.job, rank=rank, workers=workers, words=deployment.words, window=spec.window,
             destination=deployment.destination, sources=frozenset(filter(None, (deployment.switch, deployment.ps))),
             pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, ps_only=self._switch is None,
-            **self._timing,
+            pad=not deployment.short_chunks, **self._timing,
         )  # fmt: skip
         self._engine = serve_engine(engine_config, sock, self._policy)  # native where it is built
         owner = (self._ps, self._switch, registration.job) if rank == 0 else None

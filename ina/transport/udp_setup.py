@@ -128,6 +128,7 @@ class Deployment:
     slots_free: int | None = None  # what this tenant may still hold at the switch; None: no quota
     job_ids: frozenset[int] | None = None  # the ids this tenant may use; None: any
     max_words: int | None = None  # PS-only: the most words per packet the PS takes for a job; None: its words
+    short_chunks: bool = True  # DATA may be shorter than K words: false for a switch that takes only whole chunks (P4)
 
     @property
     def destination(self) -> Address:
@@ -149,7 +150,8 @@ def locate(ps: Aggregator, switch: Aggregator | None) -> Deployment:
         )
     caller = switch_config["caller"]
     free = None if caller.get("slots") is None else max(caller["slots"] - caller.get("slots_used", 0), 0)
-    return Deployment(switch_config["words"], switch_config["pool"], ps_config["listen"], switch_config["listen"], free, job_ids)
+    return Deployment(switch_config["words"], switch_config["pool"], ps_config["listen"], switch_config["listen"], free, job_ids,
+                      short_chunks=bool(switch_config.get("short_chunks", False)))  # fmt: skip
 
 
 def _job_ids(*callers: dict[str, Any] | None) -> frozenset[int] | None:
