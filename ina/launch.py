@@ -154,23 +154,24 @@ class LocalAggregators:
     (an ``ina.control.auth.Access``) guards both control APIs; the default reads INA_TOKEN_FILE,
     INA_TOKEN and INA_TENANTS, as ``ina switch`` and ``ina ps`` do. ``host`` is the numeric address
     both listen on (loopback by default); ``lease`` the seconds their registrations live unrenewed
-    (default: the services' default).
+    (default: the services' default); ``faults`` (an ``ina.switch.server.Faults``) the loss,
+    duplication and reordering the switch applies to what it receives and sends.
     """
 
     def __init__(self, words: int = 64, pool: int = 64, access: Any = None, policy: str = "esa", host: str = _HOST,
-                 lease: float | None = None) -> None:  # fmt: skip
+                 lease: float | None = None, faults: Any = None) -> None:  # fmt: skip
         from ina.control.registry import DEFAULT_LEASE, Registry
         from ina.ps.native import ps_core
         from ina.ps.server import PSServer
         from ina.switch import SwitchConfig
-        from ina.switch.server import SwitchServer
+        from ina.switch.server import Faults, SwitchServer
 
         local = (host, 0)
         registry = Registry(DEFAULT_LEASE if lease is None else lease)
         self.ps: PSServer = PSServer(ps_core(words), local, local, access=access, registry=registry).start()
         try:
             self.switch: SwitchServer = SwitchServer(SwitchConfig(pool=pool, words=words, policy=policy), local, local,
-                                                     access=access, registry=registry).start()  # fmt: skip
+                                                     faults=faults or Faults(), access=access, registry=registry).start()  # fmt: skip
         except BaseException:
             self.ps.close()
             raise

@@ -1,7 +1,10 @@
 """The collective fallback: a job whose switch and PS stop answering goes on over torch.distributed,
 bit for bit, in real gloo worker processes (rank 0 hosts the aggregators and stops them)."""
 
+import contextlib
+import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +14,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ina import THCState, thc_hook
 from ina.launch import LocalAggregators, run_workers
+from ina.switch.server import Faults
 from ina.transport import create_transport
+from ina.transport.errors import TransportError
 from ina.transport.fallback import checked_fallback
 
 STEPS = 24
@@ -28,11 +33,12 @@ def _restart(local: LocalAggregators, name: str, addresses: tuple) -> None:
     setattr(local, name, started.start())
 
 
-def _train(rank: int, workers: int, transport: str, events: dict[int, list[tuple[str, str]]], options: dict) -> dict:
+def _train(rank: int, workers: int, transport: str, events: dict[int, list[tuple[str, str]]], options: dict,
+           faults: Faults = Faults()) -> dict:  # fmt: skip
     """THC training over the collective, then through `transport` (with its `options`) while rank 0
-    stops and starts the aggregators as `events` say before those steps; the final parameters of
-    both, and what the second run saw."""
-    local = LocalAggregators() if rank == 0 else None
+    stops and starts the aggregators as `events` say before those steps (the switch with `faults`);
+    the final parameters of both, and what the second run saw."""
+    local = LocalAggregators(faults=faults) if rank == 0 else None
     box = [local.options(transport) if local else None]
     addresses = {name: (server.address, server.control_address) for name, server in (("ps", local.ps), ("switch", local.switch))} \
         if local else {}  # fmt: skip
@@ -86,6 +92,113 @@ def test_a_switch_job_falls_over_to_the_ps_then_to_the_collective_bit_for_bit():
         assert [p for _, p in result["paths"]] == ["switch", "ps", "collective"], result["paths"]
         counters = result["counters"]
         assert counters["failovers"] >= 1 and counters["collective_fallbacks"] == 1, counters
+
+
+def test_through_a_switch_that_loses_duplicates_and_reorders_the_fallbacks_stay_exact():
+    events = {4: [("stop", "switch")], 10: [("stop", "ps")]}
+    faults = Faults(drop=0.02, duplicate=0.02, reorder=0.05, seed=3)
+    for result in run_workers(_train, 3, "switch", events, {}, faults, timeout=180):
+        assert _same(result, "switch")
+        assert [p for _, p in result["paths"]] == ["switch", "ps", "collective"], result["paths"]
+        assert result["counters"]["resent"] > 0  # the faults cost resends before the switch died
+
+
+def _hang(rank: int, workers: int) -> tuple[str, str, float]:
+    """Rank 2 stops taking part at step 4 (its process lives on, its threads too); what the others meet, and when."""
+    with LocalAggregators() if rank == 0 else contextlib.nullcontext() as local:
+        box = [local.options("ps") if local else None]
+        dist.broadcast_object_list(box, src=0)
+        x, y = regression_problem()
+        ddp = DistributedDataParallel(mlp())
+        state = THCState(start_iter=1, transport=create_transport("ps", None, peer_timeout=2.0, failover=0.3, **box[0]))
+        ddp.register_comm_hook(state, thc_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        hung = time.monotonic()
+        try:
+            for step in range(12):
+                if step == 4:
+                    hung = time.monotonic()
+                    if rank == 2:
+                        time.sleep(12.0)
+                        return "hung", "", 0.0
+                batch = shard(step, rank, workers)
+                optimizer.zero_grad()
+                loss_on(ddp, x[batch], y[batch]).backward()
+                optimizer.step()
+        except TransportError as error:
+            return type(error).__name__, str(error), time.monotonic() - hung
+        return "no error", "", time.monotonic() - hung
+
+
+def test_a_rank_that_stops_taking_part_ends_training_with_a_transport_error_within_twice_the_peer_timeout():
+    """The engine gives up after peer_timeout (the PS says which rank is missing), the job falls back,
+    and the collective waits for that rank at most peer_timeout (gloo's timeout): bounded, not hung."""
+    results = run_workers(_hang, 3, timeout=120)
+    assert results[2][0] == "hung"
+    for kind, message, after in results[:2]:
+        assert kind == "TransportError", message
+        assert "collective fallback" in message and "the PS holds no contribution from ranks [2]" in message, message
+        assert after < 2 * 2.0 + 3.0, after  # two peer timeouts, a beat, and a loaded machine's slack
+
+
+def _one_of_two_jobs(rank: int, workers: int, options: dict, meet: str) -> tuple[bool, list]:
+    """Over the collective, then through the switch once the other job is there too: equal parameters,
+    and the paths the second run took."""
+    x, y = regression_problem()
+    final = []
+    for name in ("collective", "switch"):
+        torch.manual_seed(workers)
+        model = mlp()
+        chosen = "collective" if name == "collective" else create_transport("switch", None, peer_timeout=20.0, failover=0.3, **options)
+        state = THCState(start_iter=2, transport=chosen)
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(state, thc_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        if name == "switch":
+            _meet(Path(meet), workers, rank)
+        for step in range(100):
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+            time.sleep(0.03 if name == "switch" else 0)  # still training when the aggregators die
+        final.append([p.detach().clone() for p in model.parameters()])
+        dist.barrier()
+        state.transport.close()
+    return all(torch.equal(a, b) for a, b in zip(*final)), [path for _, path in state.paths]
+
+
+def _meet(folder: Path, workers: int, rank: int) -> None:
+    """Both jobs wait until each has its switch transport attached."""
+    (folder / f"{workers}-{rank}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(folder.iterdir())) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dist.barrier()
+
+
+def test_two_jobs_at_once_lose_the_switch_and_the_ps_and_both_end_exactly_on_the_collective(tmp_path):
+    with LocalAggregators() as local:
+        options = local.options("switch")
+        runs = [_in_background(run_workers, _one_of_two_jobs, workers, options, str(tmp_path), timeout=180) for workers in (2, 3)]
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.iterdir())) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # a few steps through the switch
+        assert len(local.switch.jobs()) == 2, local.switch.jobs()
+        local.switch.close()
+        time.sleep(1.0)  # both jobs on the PS
+        local.ps.close()
+        for thread, out in runs:
+            thread.join()
+            assert out and all(same and paths == ["switch", "ps", "collective"] for same, paths in out[0]), out
+
+
+def _in_background(fn, *args, **kwargs) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(fn(*args, **kwargs)), daemon=True)
+    thread.start()
+    return thread, out
 
 
 def test_a_ps_back_after_the_fallback_takes_the_job_again_bit_for_bit():
