@@ -130,7 +130,7 @@ def ddp(options: dict) -> dict:
     from ina.launch import run_workers
 
     results = run_workers(_losses, options["workers"], {}, timeout=300)
-    return {"losses": [{name: loss for name, (loss, _) in result.items()} for result in results]}
+    return {"losses": [{name: loss for name, (loss, *_) in result.items()} for result in results]}
 
 
 if __name__ == "__main__":

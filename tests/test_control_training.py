@@ -39,7 +39,7 @@ def test_ddp_training_with_a_tenants_token_ends_at_the_collective_loss(tmp_path)
     with LocalAggregators(access=access) as aggregators:
         options = {name: aggregators.options(name) for name in UDP_TRANSPORTS}
         results = run_workers(_losses_with_token, 4, options, token_file, timeout=90)
-        losses = {name: loss for name, (loss, _) in results[0].items()}
+        losses = {name: loss for name, (loss, *_) in results[0].items()}
         assert losses["switch"] == losses["collective"] and losses["ps"] == losses["collective"], losses
         counters = aggregators.switch.counters()
         assert counters["unregistered"] == 0 and counters["completed"] > 0

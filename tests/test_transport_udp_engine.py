@@ -113,8 +113,10 @@ def local():
 
 
 @contextmanager
-def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int = 8, **timing: float) -> Iterator[list[UdpEngine]]:
-    """A job registered with `local` as rank 0 registers it, and one UdpEngine per rank."""
+def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int = 8, pad: bool = False,
+        **timing: float) -> Iterator[list[UdpEngine]]:  # fmt: skip
+    """A job registered with `local` as rank 0 registers it, and one UdpEngine per rank (`pad`: DATA padded to K,
+    as for a switch of whole chunks)."""
     options = local.options("switch")
     ps = Aggregator.configure("ps", options["ps"], options["ps_control"])
     switch = Aggregator.configure("switch", options["switch"], options["switch_control"]) if with_switch else None
@@ -127,7 +129,7 @@ def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int
     engines = [
         UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=workers, words=WORDS, window=4,
                                destination=deployment.destination, sources=sources, pool=deployment.pool,
-                               slot_base=registration.slot_base, ps_only=not with_switch, **timing), sock)  # fmt: skip
+                               slot_base=registration.slot_base, ps_only=not with_switch, pad=pad, **timing), sock)  # fmt: skip
         for rank, sock in enumerate(sockets)
     ]
     try:
@@ -138,11 +140,11 @@ def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int
         deregister(ps, switch, registration.job)
 
 
-@pytest.mark.parametrize("with_switch", [True, False])
-def test_reductions_submitted_from_several_threads_complete_with_exact_sums(local, with_switch):
+@pytest.mark.parametrize("with_switch, pad", [(True, False), (False, False), (True, True)], ids=["switch", "ps", "padded"])
+def test_reductions_submitted_from_several_threads_complete_with_exact_sums(local, with_switch, pad):
     rng = np.random.default_rng(1)
     values = rng.integers(0, 16, size=(3, 1000), dtype=np.uint32)  # 3 x 15 fits 8-bit lanes
-    with job(local, with_switch, 3) as engines:
+    with job(local, with_switch, 3, pad=pad) as engines:
         futures: dict[int, list] = {}
 
         def submit_three(rank: int) -> None:
@@ -157,9 +159,13 @@ def test_reductions_submitted_from_several_threads_complete_with_exact_sums(loca
         for rank in range(3):
             for future in futures[rank]:
                 assert np.array_equal(_lanes(future.result(timeout=10), with_switch)[:1000], values.sum(axis=0))
-        words = -(-1000 // (4 if with_switch else 8))  # 8-bit lanes or 4-bit indices, 1000 of them
-        wire = 3 * (20 * -(-words // WORDS) + 4 * words)  # a header a chunk and the words, the last chunk short
+        words = -(-1000 // (4 if with_switch else 8))  # 8-bit lanes or 4-bit indices, 1000 of them: 250 or 125
+        chunks = -(-words // WORDS)
+        padding = 3 * 4 * (chunks * WORDS - words) if pad else 0  # the last chunk's zero words, each reduction
+        wire = 3 * (20 * chunks + 4 * words) + padding  # a header a chunk and the words, the last chunk short unless padded
         assert all(engine.bytes_sent == wire or engine.bytes_sent > wire and engine.counters["resent"] for engine in engines)
+        assert all(engine.counters.get("padding_bytes", 0) >= padding and (pad or not engine.counters.get("padding_bytes"))
+                   for engine in engines)  # fmt: skip
 
 
 @pytest.mark.parametrize("lane_bits", [8, 16, 32])
@@ -203,6 +209,16 @@ def test_closing_fails_what_is_unfinished_and_what_comes_later(local):
         with pytest.raises(TransportError, match="closed"):
             engines[0].submit(np.ones(4, dtype=np.uint32), lane_bits=8).result(timeout=1)
         engines[0].close()  # twice is harmless
+
+
+def test_workers_pad_chunks_only_for_a_switch_that_takes_whole_chunks(local, monkeypatch):
+    options = local.options("switch")
+    ps = Aggregator.configure("ps", options["ps"], options["ps_control"])
+    switch = Aggregator.configure("switch", options["switch"], options["switch_control"])
+    assert locate(ps, switch).short_chunks and locate(ps, None).short_chunks  # the software switch and the PS take them
+    describe = Aggregator.describe
+    monkeypatch.setattr(Aggregator, "describe", lambda self: {k: v for k, v in describe(self).items() if k != "short_chunks"})
+    assert not locate(ps, switch).short_chunks  # a switch that does not say so gets whole chunks (a P4 switch says false)
 
 
 def test_a_derived_job_id_moves_to_the_first_id_free_at_both_aggregators(local):

@@ -1,8 +1,9 @@
 """The worker-side transport engine (docs/protocol.md, sections 3, 4, 8 and 9) as a sans-IO `Node`.
 
 A worker submits reductions (arrays of 32-bit words); the engine cuts them into K-word
-chunks numbered by the job's chunk stream, keeps at most W of them outstanding, resends
-what times out, and hands back each reduction's sums once every chunk's RESULT is in.
+chunks (the last one as long as the words left, or padded for a switch of whole chunks)
+numbered by the job's chunk stream, keeps at most W of them outstanding, resends what
+times out, and hands back each reduction's sums once every chunk's RESULT is in.
 The same object runs behind a UDP socket (`ina.net.udp`) and inside the simulator.
 """
 
