@@ -385,3 +385,37 @@ def test_a_jobs_own_words_are_refused_with_a_switch_beyond_max_words_or_beyond_a
     with pytest.raises(ValueError, match="max_words"):
         make_core(K, max_words=K - 1)
     assert ps.jobs()[0]["job"] == 1 and "words" in ps.jobs()[0]
+
+
+def test_short_chunks_complete_exactly_with_results_as_long_as_the_chunk():
+    """A bucket's tail and a MAX word (docs/protocol.md, section 2): lanes through the switch, a PARTIAL
+    of the same length, and a PS-only job's indices, whose RESULT holds the lanes of the tail's indices."""
+    ps = make_ps(make_spec(), make_spec(job=8, switch=False, index_bits=4, table=THC_TABLE))
+    tail = CONTRIB[:, :2]
+    out = send(ps, (partial(0b0011, 0, tail[:2].sum(axis=0, dtype=np.uint32)), SWITCH),
+               *[(data(r, 0, tail[r]), WORKERS[r]) for r in (2, 3)])  # fmt: skip
+    assert [payload for _, payload, _ in out] == [CONTRIB[:, :2].sum(axis=0, dtype=np.uint32).tolist()] * 4
+    norms = [0x40000000, 0x40400000, 0x3F800000, 0]
+    out = send(ps, *[(data(r, 1, [norms[r]], flags=Flag.MAX, lane_bits=32), WORKERS[r]) for r in range(4)])
+    assert [(h.is_max, payload) for h, payload, _ in out] == [(True, [0x40400000])] * 4
+    indices = np.random.default_rng(3).integers(0, 16, size=(4, 8 + 3))  # one word of 8 indices and 3 more: 2 words
+    out = send(ps, *[(data(r, 0, pack_fields(indices[r], 4), job=8, index_bits=4, slot=0), WORKERS[r]) for r in range(4)])
+    lanes = np.asarray(THC_TABLE)[indices].sum(axis=0)
+    assert [payload for _, payload, _ in out] == [pack_fields(np.concatenate([lanes, np.zeros(5, int)]), 8).tolist()] * 4
+    assert len(out[0][1]) == result_words(2, 4, 8) == 4 and ps.counters()["malformed"] == 0
+
+
+def test_lengths_of_no_chunk_are_malformed_and_a_chunk_cut_two_ways_a_mismatch():
+    ps = make_ps(make_spec(), make_spec(job=8, switch=False, index_bits=4, table=THC_TABLE))
+    head = Header(Kind.DATA, JOB, 0, rank=0, slot=3, lane_bits=8, bitmap=1).pack()
+    indices = Header(Kind.PARTIAL, JOB, 0, slot=3, index_bits=4, lane_bits=8, bitmap=1)
+    malformed = [head,  # no words
+                 head + bytes(4 * K + 4),  # more than K
+                 head + bytes(6),  # not whole words
+                 indices.pack(bytes(4 * 3)),  # 3 words: the lanes of no indices chunk (2 a word)
+                 Header(Kind.FLUSH, JOB, 0, slot=3).pack(bytes(4))]  # a payload where none is
+    before = ps.jobs()
+    assert send(ps, *[(p, SWITCH) for p in malformed]) == [] and ps.counters()["malformed"] == len(malformed)
+    assert ps.jobs() == before
+    send(ps, (data(0, 1, [1, 2]), WORKERS[0]), (data(1, 1, [1, 2, 3]), WORKERS[1]))  # rank 1 cuts it otherwise
+    assert ps.counters()["mismatch"] == 1 and ps.counters()["pieces"] == 1
