@@ -65,7 +65,7 @@ def _train(rank: int, workers: int, transport: str, events: dict[int, list[tuple
                 time.sleep(0.1)  # time for the fail-back to come due
         final[name] = [p.detach().clone() for p in model.parameters()]
         if name != "collective":
-            seen = {"paths": state.paths, "counters": state.transport.counters, "path": state.transport.path}
+            seen = {"paths": state.paths, "counters": getattr(state.transport, "counters", {}), "path": state.transport.path}
         dist.barrier()
         state.transport.close()
     if local is not None:
@@ -199,6 +199,20 @@ def _in_background(fn, *args, **kwargs) -> tuple[threading.Thread, list]:
     thread = threading.Thread(target=lambda: out.append(fn(*args, **kwargs)), daemon=True)
     thread.start()
     return thread, out
+
+
+def _train_in_two_nodes(rank: int, workers: int, *args) -> dict:
+    from test_hierarchy import _emulate_nodes
+
+    _emulate_nodes(rank, 2, False, workers)  # THCState's hierarchy "auto" sums inside them first
+    return _train(rank, workers, *args)
+
+
+def test_the_leaders_of_a_two_level_job_fall_back_to_the_collective_and_every_rank_stays_exact():
+    for rank, result in enumerate(run_workers(_train_in_two_nodes, 4, "ps", {6: [("stop", "ps")]}, {}, timeout=180)):
+        assert _same(result, "ps")
+        leader = rank in (0, 2)
+        assert [p for _, p in result["paths"]] == (["ps", "collective"] if leader else []), (rank, result["paths"])
 
 
 def test_a_ps_back_after_the_fallback_takes_the_job_again_bit_for_bit():

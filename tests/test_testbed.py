@@ -181,32 +181,39 @@ def test_check_accepts_the_ci_run_and_refuses_bmv2_without_p4c():
 
 
 @needs_testbed
-def test_a_switch_stopped_and_started_again_mid_run_costs_a_failover_and_nothing_else(tmp_path):
-    """faults: the switch stops 3 s into training and starts again (from its state file) 4 s later; the
-    switch job fails over to the PS and back and ends with the collective job's parameters."""
+def test_aggregators_stopped_and_started_again_mid_run_cost_a_failover_a_fallback_and_nothing_else(tmp_path):
+    """faults: the switch stops 3 s into training, the PS 2 s later, and both start again (from their
+    state files) at 8 s; the switch job fails over to the PS, falls back to the collective, returns
+    to the aggregators, and ends with the collective job's parameters."""
     import torch
 
     run = {"name": "failover", "topology": {"workers": 4, "link": {"bw": 100}}, "timeout": 300,
-           "faults": [{"at": 3, "stop": "switch"}, {"at": 7, "start": "switch"}],
-           "jobs": [{"name": "collective", "workers": 2, "hosts": [0, 1], "steps": 1200, "hook": "thc", "transport": "collective"},
-                    {"name": "switch", "workers": 2, "hosts": [2, 3], "steps": 1200, "hook": "thc", "transport": "switch",
+           "faults": [{"at": 3, "stop": "switch"}, {"at": 5, "stop": "ps"}, {"at": 8, "start": "ps"}, {"at": 8, "start": "switch"}],
+           "jobs": [{"name": "collective", "workers": 2, "hosts": [0, 1], "steps": 3000, "hook": "thc", "transport": "collective"},
+                    {"name": "switch", "workers": 2, "hosts": [2, 3], "steps": 3000, "hook": "thc", "transport": "switch",
                      "failover": 0.5, "failback": 2}]}  # fmt: skip
     out, interfaces, printed = _run_to_the_end(tmp_path, run)
     assert "stop switch at" in printed and "start switch at" in printed, printed
     events = json.loads((out / "esa" / "faults.json").read_text())
-    assert [(e["action"], e["service"]) for e in events] == [("stop", "switch"), ("start", "switch")]
+    assert [(e["action"], e["service"]) for e in events] == [("stop", "switch"), ("stop", "ps"), ("start", "ps"), ("start", "switch")]
     summary = json.loads((out / "esa" / "switch" / "summary.json").read_text())
-    counted = summary["transport_counters"]  # the Python engine counts only what happened
-    assert counted.get("failovers", 0) >= 1 and counted.get("failbacks", 0) >= 1, summary
+    counted = summary["transport_counters"]
+    assert counted["failovers"] >= 1 and counted["collective_fallbacks"] == 1 and counted["collective_failbacks"] == 1, counted
+    jobs = {row["job"]: row for row in json.loads((out / "results.json").read_text())["jobs"]}
+    paths = [segment["path"] for segment in jobs["switch"]["paths"]]
+    assert paths[:3] == ["switch", "ps", "collective"] and paths[-1] != "collective", paths
+    assert "switch paths: switch from step 0" in printed, printed
     a, b = (torch.load(out / "esa" / name / "params.pt") for name in ("collective", "switch"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     counters = json.loads((out / "results.json").read_text())["counters"]["esa"]
     assert counters["switch.1"]["completed"] > 0  # the instance the fault stopped had aggregated (the restarted one
     # does once every rank is back, if training lasts that long)
-    job = json.loads((out / "esa" / "switch" / "summary.json").read_text())["job_id"]
-    assert max(held for _, held in occupancy(out / "esa" / "metrics.jsonl")[job]) > 0  # /metrics saw its slots
     first, restarted = ((out / "esa" / name).read_text() for name in ("switch.log", "switch.2.log"))
-    assert f"job {job} registered by" in first and f"job {job} restored from" in restarted, restarted  # from its state file
+    job = int(re.findall(r"job (\d+) registered by", first)[0])
+    assert max(held for _, held in occupancy(out / "esa" / "metrics.jsonl")[job]) > 0  # /metrics saw its slots
+    assert f"job {job} restored from" in restarted, restarted  # from its state file
+    again = json.loads((out / "esa" / "switch" / "summary.json").read_text())["job_id"]
+    assert f"job {again} registered by" in restarted, restarted  # rank 0 registered it again on the way back
     assert_nothing_left(out, interfaces)
 
 

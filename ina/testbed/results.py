@@ -2,10 +2,11 @@
 
 - ``steps.csv``: one row per job, policy and step: wall time, step time, rank 0's loss, test
   accuracy where evaluated, bytes sent and received per worker (the mean over the ranks, as
-  their interfaces counted them) and bytes the hook handed to its transport;
+  their interfaces counted them), bytes the hook handed to its transport and where its reductions
+  went at the step's end (switch, ps, collective);
 - ``jobs.csv`` and ``results.json``: one row per job and policy: the method, median step time
   once compression is on, bytes per worker per step, final loss and accuracy, JCT, the SHA-256 of
-  the final parameters; ``results.json`` adds the switch's and the PS's counters per policy and
+  the final parameters, and the stretches of steps on each path (switch, ps, collective); ``results.json`` adds the switch's and the PS's counters per policy and
   the packets the link loss dropped;
 - ``loss_vs_time.png`` (loss against wall time per job and method), ``jct.png`` (JCT per job and
   policy) and ``step_time.png`` (median step time per job), when matplotlib is installed (the
@@ -23,7 +24,7 @@ from typing import Any, Iterable
 from ina.testbed.spec import Job, Run
 
 STEP_COLUMNS = ("policy", "job", "method", "step", "wall", "step_time", "loss", "accuracy",
-                "tx_bytes_per_worker", "rx_bytes_per_worker", "hook_bytes_per_worker")  # fmt: skip
+                "tx_bytes_per_worker", "rx_bytes_per_worker", "hook_bytes_per_worker", "path")  # fmt: skip
 JOB_COLUMNS = ("policy", "job", "method", "workers", "phase", "steps", "parameters", "step_time_median", "tx_bytes_per_worker_step",
                "hook_bytes_per_worker_step", "final_loss", "accuracy", "jct", "train_time", "params_sha256")  # fmt: skip
 
@@ -76,7 +77,8 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
                               "accuracy": record.get("accuracy", ""),
                               "tx_bytes_per_worker": statistics.mean(r["tx_bytes"] for r in each),
                               "rx_bytes_per_worker": statistics.mean(r["rx_bytes"] for r in each),
-                              "hook_bytes_per_worker": statistics.mean(r.get("hook_bytes", 0) for r in each)})  # fmt: skip
+                              "hook_bytes_per_worker": statistics.mean(r.get("hook_bytes", 0) for r in each),
+                              "path": record.get("path") or ""})  # fmt: skip
         first = measured_from(job)
         measured = [r[first:] for r in ranks]
         job_rows.append({
@@ -87,6 +89,7 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
             "hook_bytes_per_worker_step": statistics.mean(statistics.mean(s.get("hook_bytes", 0) for s in r) for r in measured),
             "final_loss": summary["final_loss"], "accuracy": summary["accuracy"], "jct": outcome["jct"],
             "train_time": summary["train_time"], "params_sha256": summary["params_sha256"],
+            "paths": path_segments(ranks[0]),
         })  # fmt: skip
     _csv(out / "steps.csv", STEP_COLUMNS, step_rows)
     _csv(out / "jobs.csv", JOB_COLUMNS, job_rows)
@@ -95,6 +98,21 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
     names = {(o["policy"], json.loads((Path(o["dir"]) / "summary.json").read_text()).get("job_id")): o["job"] for o in outcomes}
     result["plots"] = plot(out, step_rows, job_rows) + plot_occupancy(out, list(rounds), names)
     return result
+
+
+def path_segments(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rank 0's steps cut where the path of its reductions changed (switch, ps, collective): each
+    stretch's first step, length, median step time, and its first step's time (what the change cost)."""
+    segments: list[dict[str, Any]] = []
+    for record in steps:
+        path = record.get("path")
+        if path is None:
+            continue
+        if not segments or segments[-1]["path"] != path:
+            segments.append({"path": path, "from_step": record["step"], "times": []})
+        segments[-1]["times"].append(record["step_time"])
+    return [{"path": s["path"], "from_step": s["from_step"], "steps": len(s["times"]), "step_time_median": statistics.median(s["times"]),
+             "first_step_time": s["times"][0]} for s in segments]  # fmt: skip
 
 
 def occupancy(path: Path) -> dict[int, list[tuple[float, float]]]:
@@ -153,6 +171,11 @@ def table(result: dict[str, Any]) -> list[str]:
         for name, keys in (("switch", SWITCH_COUNTERS), ("ps", PS_COUNTERS)):
             if services.get(name):
                 lines.append(f"[{policy}] {name}: " + ", ".join(f"{k} {services[name].get(k, 0)}" for k in keys))
+    for row in result["jobs"]:
+        if len(row.get("paths", [])) > 1:  # the job changed paths: what each cost
+            lines.append(f"[{row['policy']}] {row['job']} paths: " + "; ".join(
+                f"{s['path']} from step {s['from_step']} ({s['steps']} steps, {s['step_time_median']:.3f} s/step, "
+                f"first {s['first_step_time']:.2f} s)" for s in row["paths"]))  # fmt: skip
     for policy in result["rounds"]:
         rows = [r for r in result["jobs"] if r["policy"] == policy]
         lines.append(f"[{policy}] mean JCT {statistics.mean(r['jct'] for r in rows):.1f} s, mean training time "
@@ -212,7 +235,8 @@ def _save(figure: Any, path: Path) -> str:
 
 
 def _csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """The `columns` of `rows` (what does not fit a cell, such as a job's paths, is in results.json)."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

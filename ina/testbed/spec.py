@@ -68,8 +68,9 @@ class Job:
     priority_cap: int = 255
     window: Optional[int] = None  # switch/ps transport: chunks in flight per worker
     min_rto: float = 0.02  # switch/ps transport: the least resend timeout (s); above the queueing a window causes
-    failover: Optional[float] = None  # switch transport: seconds without a result before DATA goes to the PS; None: the default
-    failback: float = 30.0  # switch transport: seconds after a failover before trying the switch again
+    failover: Optional[float] = None  # switch/ps transport: seconds without a result before DATA goes to the PS, or (the PS
+    # silent too) the job to the collective; None: the default
+    failback: float = 30.0  # switch/ps transport: seconds after a failover or fallback before trying the aggregators again
     phase: int = 0  # jobs of one phase run at once; phases run in increasing order
     eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
     seed: int = 0

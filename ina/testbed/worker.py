@@ -66,8 +66,7 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
     options: dict[str, Any] = {}
     if job.transport != "collective":
         options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
-        if job.transport == "switch":
-            options |= {"failover": job.failover, "failback": job.failback}
+        options |= {"failover": job.failover, "failback": job.failback}
         if job.priority is not None:
             options["policy"] = FixedPriority(job.priority)
     transport = create_transport(job.transport, None, **options)
@@ -112,6 +111,7 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         sent, received = now_sent, now_received
         if state is not None:
             record["hook_bytes"], handed = state.bytes_sent - handed, state.bytes_sent
+            record["path"] = getattr(state, "transport", None) and getattr(inner(state.transport), "path", None)
         if rank == 0 and ((step + 1) % job.eval_every == 0 or step + 1 == job.steps):
             accuracy = evaluate(model, data)
             record["accuracy"] = accuracy
@@ -126,13 +126,17 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
     if rank == 0:
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         torch.save(model.state_dict(), out / "params.pt")
-        transport = getattr(state, "transport", None)
-        transport = getattr(transport, "inner", transport)  # two levels: rank 0 leads its node, through the inner transport
+        transport = inner(getattr(state, "transport", None))
         summary.update(accuracy=accuracy, final_loss=loss.item(), parameters=parameters,
                        params_sha256=hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
                        job_id=getattr(transport, "job", None), transport_counters=getattr(transport, "counters", {}))  # fmt: skip
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def inner(transport: Any) -> Any:
+    """The transport that reaches the aggregators: a two-level job's rank 0 leads its node through `inner`."""
+    return getattr(transport, "inner", transport)
 
 
 def evaluate(model: torch.nn.Module, data: Digits) -> float:

@@ -180,6 +180,11 @@ class HierarchicalTransport(Transport):
         if self._leads:
             self.inner.bytes_sent = value
 
+    @property
+    def path(self) -> Optional[str]:
+        """Where the node's sums go (the inner transport's path: switch, ps, collective), on its leader; None elsewhere."""
+        return getattr(self.inner, "path", None) if self._leads else None
+
     def attach(self, codec: THCCodec, process_group: dist.ProcessGroup, ranks: Optional[int] = None) -> None:
         """Group the ranks by node, check the inner transport takes that many nodes, make the node and
         leaders' groups (every rank of the job calls this at once) and attach ``inner`` on the leaders."""
