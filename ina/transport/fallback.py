@@ -5,8 +5,8 @@ from the switch to the PS itself, docs/protocol.md section 8). Every reduction g
 wrapped transport as before, and a copy of its input is kept until every rank has its result.
 
 A heartbeat thread gathers each rank's state once a `beat` over a gloo group of its own: whether
-its aggregators have gone silent (`silence` seconds without a RESULT, STATUS or FETCH while it
-waits, once it can fail over no further) or its engine gave up, whether it is closing, the oldest
+its aggregators have gone silent (no RESULT, STATUS or FETCH in the `silence` seconds since it
+resent a chunk, once it can fail over no further) or its engine gave up, whether it is closing, the oldest
 reduction it still lacks and how many it has submitted. Reductions older than the oldest any rank
 lacks are done everywhere, so their inputs are dropped. When some rank is silent, every rank
 switches at the same beat: from the oldest reduction any rank lacks, each is summed again over a
@@ -79,6 +79,31 @@ def with_fallback(transport: Transport, chain: tuple[str, ...]) -> Transport:
     return CollectiveFallback(transport) if "collective" in chain else transport
 
 
+@dataclass
+class _Mark:
+    """The last sign that the aggregators may still answer: an answer (a RESULT, STATUS or FETCH), a
+    failover to the PS (a new stage), or, while the wrapped transport can still fail over, every
+    beat; and when the engine first resent a chunk after it (asked again, with no answer since)."""
+
+    heard: int = -1
+    moves: int = 0
+    resent: int = 0
+    asked: Optional[float] = None
+
+    def update(self, primary: Any, now: float) -> _Mark:
+        counters = primary.counters
+        heard, moves, resent = sum(counters.get(name, 0) for name in _HEARD), counters.get("failovers", 0), counters.get("resent", 0)
+        if heard != self.heard or moves != self.moves or (primary.path == "switch" and primary.timing["failover"]):
+            self.heard, self.moves, self.resent, self.asked = heard, moves, resent, None
+        elif resent != self.resent and self.asked is None:
+            self.asked = now
+        return self
+
+    def silent(self, now: float, silence: float) -> bool:
+        """Asked again `silence` seconds ago or more, and not answered since."""
+        return self.asked is not None and now - self.asked >= silence
+
+
 @dataclass(eq=False)
 class _Reduction:
     """One reduction as the hook handed it over, kept until every rank has its result."""
@@ -130,8 +155,7 @@ class CollectiveFallback(Transport):
         self._closing = False
         self._gave_up: Optional[BaseException] = None  # the wrapped engine's error
         self._broken: Optional[BaseException] = None  # the heartbeat's, which ends any fallback
-        self._heard = (-1, 0.0)  # the answer count last seen, and when it last moved
-        self._moves = (0, 0.0)  # the failovers last seen, and when
+        self._mark = _Mark()
         self.tally: Counter[str] = Counter()
         self._queue: queue.Queue[Optional[_Reduction]] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -151,7 +175,7 @@ class CollectiveFallback(Transport):
         self._codec, self._values_in = codec, self.takes_values or ranks is not None
         self._backup = CollectiveTransport()
         self._backup.attach(codec, self._groups[1])
-        self._heard = (-1, time.monotonic())
+        self._mark = _Mark()
         self._threads = [threading.Thread(target=self._beat_until_closed, name="ina-heartbeat", daemon=True),
                          threading.Thread(target=self._sum_collectively, name="ina-fallback", daemon=True)]  # fmt: skip
         for thread in self._threads:
@@ -317,15 +341,24 @@ class CollectiveFallback(Transport):
 
     def _state(self, now: float) -> torch.Tensor:
         """This rank's heartbeat: silent or given up, closing, the oldest reduction it lacks, how many it submitted."""
-        answered = self._answered(now)  # before the lock: the engine's thread takes it to complete a reduction
+        mark = self._mark.update(self.primary, now)  # before the lock: the engine's thread takes it to complete a reduction
         back = self._probe(now)
         with self._lock:
             waiting = [r for r in self._kept.values() if not r.settled]
             oldest = waiting[0].index if waiting else self._next
             sent = [r for r in waiting if self._route(r.index) == "primary"]
-            silent = sent and max(answered, sent[0].submitted) <= now - self.silence
+            silent = sent and mark.silent(now, self.silence)
             failed = self._gave_up is not None or bool(silent)
             return torch.tensor([int(failed), int(self._closing), oldest, self._next, int(back)], dtype=torch.int64)
+
+    def _probe(self, now: float) -> bool:
+        """Rank 0, on the collective, `failback` seconds after it went there (and after each try):
+        whether the aggregators answer again."""
+        failback = self.primary.timing["failback"]
+        if self._groups[0].rank() != 0 or self.path != "collective" or not failback or now < self._since_fallback + failback:
+            return False
+        self._since_fallback = now
+        return bool(self.primary.reachable())
 
     def _probe(self, now: float) -> bool:
         """Rank 0, on the collective, `failback` seconds after it went there (and after each try):
@@ -396,7 +429,7 @@ class CollectiveFallback(Transport):
                     self._routes.append((first, "primary"))
                 self._held = False
                 self._resume.notify_all()
-        self._heard, self._moves = (-1, time.monotonic()), (0, time.monotonic())
+        self._mark = _Mark()
         self.tally["collective_failbacks"] += 1
         logger.info("job %s: the aggregators answer again: reductions from %d on go through them (%s)", self.job, first, self.primary.path)
 
