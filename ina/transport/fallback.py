@@ -113,7 +113,6 @@ class _Reduction:
     input: torch.Tensor
     workers: int  # for a sum: how many ranks' values it adds
     indices: bool  # a sum's input holds table indices (PS-only), not table values
-    submitted: float
     generation: int  # the wrapped transport's reopenings before this reduction was sent through it
     out: torch.futures.Future = field(default_factory=torch.futures.Future)
     settled: bool = False  # its result (or error) is set
@@ -125,8 +124,9 @@ class CollectiveFallback(Transport):
 
     ``beat``: seconds between heartbeats (default a quarter of the silence, at most 1 s). The silence
     is the wrapped transport's ``failover`` (else 5 s or a quarter of its ``peer_timeout``). Counters:
-    the wrapped transport's, plus ``collective_fallbacks`` and ``collective_reductions``; ``path`` says
-    "collective" once the job went there.
+    the wrapped transport's (its engines' together), plus ``collective_fallbacks``,
+    ``collective_failbacks`` and ``collective_reductions``; ``path`` says "collective" while the
+    job is there.
     """
 
     def __init__(self, primary: Any, beat: Optional[float] = None) -> None:
@@ -175,7 +175,6 @@ class CollectiveFallback(Transport):
         self._codec, self._values_in = codec, self.takes_values or ranks is not None
         self._backup = CollectiveTransport()
         self._backup.attach(codec, self._groups[1])
-        self._mark = _Mark()
         self._threads = [threading.Thread(target=self._beat_until_closed, name="ina-heartbeat", daemon=True),
                          threading.Thread(target=self._sum_collectively, name="ina-fallback", daemon=True)]  # fmt: skip
         for thread in self._threads:
@@ -247,7 +246,7 @@ class CollectiveFallback(Transport):
         with self._lock:
             while self._held:  # the heartbeat is choosing the reduction from which the aggregators take over again
                 self._resume.wait()
-            reduction = _Reduction(self._next, op, kept, workers, indices, time.monotonic(), self._generation)
+            reduction = _Reduction(self._next, op, kept, workers, indices, self._generation)
             self._next += 1
             self._kept[reduction.index] = reduction
             collective, broken = self._route(reduction.index) == "collective", self._broken
