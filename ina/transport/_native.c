@@ -431,7 +431,8 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
         return;
     }
     reduction *r = reduction_of(e, c->handle);
-    size_t sent = e->pad ? e->words : chunk_words(e, r, c->index), words = ina_result_words((uint32_t)sent, r->index_bits, r->lane_bits);
+    size_t sent = e->pad ? e->words : chunk_words(e, r, c->index); /* the DATA words: its RESULT is as long */
+    size_t words = ina_result_words((uint32_t)sent, r->index_bits, r->lane_bits);
     if ((h.flags & INA_FLAG_MAX) != r->flags || h.lane_bits != r->lane_bits || h.index_bits != r->index_bits ||
         h.bitmap != e->full || length != INA_HEADER_BYTES + 4 * words) { /* as long as the chunk sent */
         e->counters[C_UNEXPECTED]++;
