@@ -114,9 +114,15 @@ class _Reduction:
     workers: int  # for a sum: how many ranks' values it adds
     indices: bool  # a sum's input holds table indices (PS-only), not table values
     generation: int  # the wrapped transport's reopenings before this reduction was sent through it
-    out: torch.futures.Future = field(default_factory=torch.futures.Future)
+    out: torch.futures.Future = field(init=False)
     settled: bool = False  # its result (or error) is set
     primary_error: Optional[BaseException] = None
+
+    def __post_init__(self) -> None:
+        # A future that holds CUDA tensors names their device (as the wrapped transport's do), so that
+        # its waiters wait for the stream that made the result.
+        device = self.input.device
+        self.out = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
 
 
 class CollectiveFallback(Transport):
