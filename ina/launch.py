@@ -26,7 +26,11 @@ _HOST = "127.0.0.1"
 
 
 class WorkerError(RuntimeError):
-    """A local worker failed, died or overran its time."""
+    """A local worker failed (`failed_at`, its clock's time), died, or overran its time."""
+
+    def __init__(self, message: str, rank: int = -1, died: bool = False, failed_at: float = 0.0) -> None:
+        super().__init__(message)
+        self.rank, self.died, self.failed_at = rank, died, failed_at
 
 
 def run_workers(
@@ -79,34 +83,55 @@ def run_workers(
                 process.kill()
 
 
+_GRACE = 1.0
+"""Seconds the launcher waits after a worker's failure for the others' before it says which caused them."""
+
+
 def _collect(processes: list, pipes: dict[Connection, int], deadline: float) -> list:
-    """Gather one report per worker; raise on the first failure."""
+    """Gather one report per worker; after a failure, the others' for `_GRACE` seconds more, then raise
+    the one that caused them (`_first`)."""
     results: dict[int, Any] = {}
+    failures: dict[int, WorkerError] = {}
+    until = deadline
     while pipes:
-        remaining = deadline - time.monotonic()
+        remaining = until - time.monotonic()
         if remaining <= 0:
+            if failures:
+                break
             raise WorkerError(f"workers {sorted(pipes.values())} did not finish in time")
         # A worker that exits closes its pipe; its sentinel also catches a pipe held open elsewhere.
         ready = set(wait([*pipes, *(processes[rank].sentinel for rank in pipes.values())], timeout=remaining))
         for pipe, rank in list(pipes.items()):
             if pipe in ready or processes[rank].sentinel in ready:
                 del pipes[pipe]
-                results[rank] = _result(rank, processes, pipe)
+                try:
+                    results[rank] = _result(rank, processes, pipe)
+                except WorkerError as failure:
+                    until = min(deadline, time.monotonic() + _GRACE) if not failures else until
+                    failures[rank] = failure
+    if failures:
+        raise _first(failures)
     return [results[rank] for rank in range(len(processes))]
+
+
+def _first(failures: dict[int, WorkerError]) -> WorkerError:
+    """The failure that caused the others: a worker that died (its peers' collectives then fail),
+    else the one that failed earliest, else the lowest rank."""
+    return min(failures.values(), key=lambda f: (not f.died, f.failed_at, f.rank))
 
 
 def _result(rank: int, processes: list, pipe: Connection) -> Any:
     """The worker's result, or WorkerError with its traceback or its exit code."""
     try:
-        status, payload = pickle.loads(pipe.recv_bytes()) if pipe.poll() else ("died", None)
+        status, payload, *when = pickle.loads(pipe.recv_bytes()) if pipe.poll() else ("died", None)
     except EOFError:
-        status, payload = "died", None
+        status, payload, when = "died", None, []
     if status == "ok":
         return payload
     if status == "error":
-        raise WorkerError(f"worker {rank} of {len(processes)} failed:\n{payload}")
+        raise WorkerError(f"worker {rank} of {len(processes)} failed:\n{payload}", rank=rank, failed_at=when[0])
     processes[rank].join(1)
-    raise WorkerError(f"worker {rank} of {len(processes)} died with exit code {processes[rank].exitcode}")
+    raise WorkerError(f"worker {rank} of {len(processes)} died with exit code {processes[rank].exitcode}", rank=rank, died=True)
 
 
 def _worker_main(
@@ -133,16 +158,16 @@ def _worker_main(
         result = fn(rank, workers, *args)
         dist.barrier()
     except BaseException:
-        _report(pipe, "error", traceback.format_exc())
+        _report(pipe, "error", traceback.format_exc(), time.time())
         return
     _report(pipe, "ok", result)
     dist.destroy_process_group()
 
 
-def _report(pipe: Connection, status: str, payload: Any) -> None:
+def _report(pipe: Connection, status: str, payload: Any, *when: float) -> None:
     # Plain pickle copies tensors; multiprocessing's own would pass shared-memory handles
     # that die with this process before the parent opens them.
-    pipe.send_bytes(pickle.dumps((status, payload)))
+    pipe.send_bytes(pickle.dumps((status, payload, *when)))
 
 
 class LocalAggregators:
