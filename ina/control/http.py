@@ -20,12 +20,13 @@ from typing import Any, Protocol
 
 from ina.control.auth import Access
 from ina.control.credentials import token_from_environment
-from ina.control.jobs import JobSpec
+from ina.control.jobs import Endpoint, JobSpec
 from ina.control.metrics import CONTENT_TYPE, ServiceCollector, exposition
 from ina.control.watch import Waiting, Watch
 from ina.control.policy import Forbidden, Principal
 from ina.control.registry import Registrar, Registry
 from ina.control.tls import CA_FILE, client_context
+from ina.net.multicast import is_multicast
 
 logger = logging.getLogger("ina.control")
 MAX_BODY = 64 * 1024
@@ -38,6 +39,8 @@ TLS_FAILED = "control_tls_failed"
 SCRAPES = {("GET", "/metrics"), ("GET", "/health")}
 LEASE = "/lease"
 """`POST /jobs/<job>/lease` renews the job's lease."""
+PROBE = "/probe"
+"""`POST /probe` sends probe datagrams to a RESULT group."""
 """What a scrape token may ask."""
 WATCH_PERIOD = 0.1
 """Seconds between the watch's samples of a target's held chunks, unless the target sets `watch_period`."""
@@ -175,6 +178,17 @@ class ControlServer:
     def deregister(self, caller: Principal, job: int) -> dict[str, Any]:
         self.registrar.deregister(caller, job)
         return {"ok": True}
+
+    def probe(self, body: Any) -> dict[str, Any]:
+        """Send probe datagrams to a multicast group, where the target can (404 where it cannot)."""
+        if not hasattr(self.target, "probe"):
+            raise _Refused(404, f"this {self.target.role} sends no RESULTs to groups")
+        if not isinstance(body, dict):
+            raise ValueError("a probe is a JSON object {'group': {'host', 'port'}, 'nonce': n}")
+        group = Endpoint.parse(body.get("group"), "group")
+        if not is_multicast(group.host):
+            raise ValueError(f"group: {group.host} is not an IPv4 multicast address (224.0.0.0/4)")
+        return {"sent": self.target.probe(group.addr, int(body.get("nonce", 0)))}
 
     def renew(self, caller: Principal, job: int) -> dict[str, Any]:
         renewed = self.registrar.renew(caller, job, time.monotonic())
@@ -326,6 +340,8 @@ def _handler_for(server: ControlServer) -> type[BaseHTTPRequestHandler]:
                     self._reply(200, server.counters())
                 elif method == "POST" and path == "/jobs":
                     self._reply(200, server.register(caller, self._body()))
+                elif method == "POST" and path == PROBE:
+                    self._reply(200, server.probe(self._body()))
                 elif method == "POST" and path.startswith("/jobs/") and path.endswith(LEASE):
                     self._reply(200, server.renew(caller, _job_id(path.removesuffix(LEASE))))
                 elif method == "DELETE" and path.startswith("/jobs/"):
@@ -449,6 +465,9 @@ class ControlClient:
 
     def renew(self, job: int) -> dict[str, Any]:
         return self._request("POST", f"/jobs/{job}{LEASE}")
+
+    def probe(self, group: tuple[str, int], nonce: int) -> dict[str, Any]:
+        return self._request("POST", PROBE, {"group": {"host": group[0], "port": group[1]}, "nonce": nonce})
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics", raw=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ina.net.multicast import is_multicast
 from ina.protocol.constants import HEADER_LEN, LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
 
 MAX_DATAGRAM = 65507
@@ -42,7 +43,7 @@ class Endpoint:
         return cls(str(host), port)
 
 
-FIELDS = frozenset({"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table", "words"})
+FIELDS = frozenset({"job", "workers", "window", "lane_bits", "priority_cap", "ps", "switch", "index_bits", "table", "words", "group"})
 """The fields of a registration body."""
 
 
@@ -61,6 +62,9 @@ class JobSpec:
     table: tuple[int, ...] = field(default=())
     words: int = 0
     """K for this job alone (PS-only jobs, docs/protocol.md section 7); 0: the aggregator's K."""
+    group: Endpoint | None = None
+    """The job's RESULT group (a multicast address), which every worker receives: each RESULT made on
+    completion goes there once instead of once per worker (docs/protocol.md, section 7, "RESULT groups")."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.job < 1 << 16:
@@ -86,6 +90,8 @@ class JobSpec:
             )
         if not 0 <= self.words <= MAX_WORDS:
             raise ValueError(f"words must be 0 (the aggregator's K) or 1..{MAX_WORDS} (one UDP datagram), got {self.words}")
+        if self.group is not None and not is_multicast(self.group.host):
+            raise ValueError(f"group: {self.group.host} is not an IPv4 multicast address (224.0.0.0/4)")
 
     @property
     def fanin(self) -> int:
@@ -102,6 +108,8 @@ class JobSpec:
         body["table"] = list(body["table"])
         if not self.words:
             del body["words"]  # absent: the aggregator's K, as before the field existed
+        if self.group is None:
+            del body["group"]  # absent: unicast RESULTs, as before the field existed
         return body
 
     @classmethod
@@ -135,6 +143,7 @@ class JobSpec:
                 index_bits=int(body.get("index_bits", 0)),
                 table=tuple(int(v) for v in body.get("table", ())),
                 words=int(body.get("words", 0)),
+                group=optional("group"),
             )
         except TypeError as error:
             raise ValueError(f"bad job registration: {error}") from None

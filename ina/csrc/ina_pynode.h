@@ -108,18 +108,18 @@ static inline PyObject *ina_py_next_deadline(ina_loop *loop, const ina_node *nod
     return PyFloat_FromDouble(deadline);
 }
 
-/* Serve the socket `fd` (args: (fd,)) until the loop is stopped, with the GIL released; Python
+/* Serve the socket `fd`, reading a RESULT group's socket beside it (args: (fd[, group])), until the loop is stopped, with the GIL released; Python
  * signal handlers run between slices, so Ctrl-C reaches a process that serves in its main thread. */
 static inline PyObject *ina_py_serve(ina_loop *loop, const ina_node *node, PyObject *args) {
-    int fd;
-    if (!PyArg_ParseTuple(args, "i", &fd)) return NULL;
+    int fd, group = -1;
+    if (!PyArg_ParseTuple(args, "i|i", &fd, &group)) return NULL;
     ina_py_lock(loop);
     if (loop->fd >= 0) {
         ina_py_unlock(loop);
         PyErr_SetString(PyExc_RuntimeError, "this core is already serving a socket");
         return NULL;
     }
-    ina_loop_attach(loop, fd);
+    ina_loop_attach(loop, fd, group);
     ina_py_unlock(loop);
     int status;
     for (;;) {
@@ -129,7 +129,7 @@ static inline PyObject *ina_py_serve(ina_loop *loop, const ina_node *node, PyObj
         if (PyErr_CheckSignals() < 0) break;
     }
     ina_py_lock(loop);
-    loop->fd = -1;
+    loop->fd = loop->group = -1;
     ina_py_unlock(loop);
     if (PyErr_Occurred()) return NULL;
     if (status == INA_SERVE_FAILED) {

@@ -370,6 +370,7 @@ enum { INA_SERVE_STOPPED = 0, INA_SERVE_AGAIN = 1, INA_SERVE_FAILED = -1 };
 
 typedef struct {
     int fd;          /* the bound UDP socket being served (not owned), or -1 */
+    int group;       /* a RESULT group's socket read beside it (not owned; a worker's), or -1 */
     int wake;        /* eventfd: wakes a waiting loop (stop, new work) */
     volatile int stop;
     pthread_mutex_t lock;
@@ -382,7 +383,7 @@ typedef struct {
 /* 0, or -1 with loop->error set. The socket comes with ina_loop_attach, when serving starts. */
 static inline int ina_loop_init(ina_loop *loop, unsigned messages) {
     memset(loop, 0, sizeof *loop);
-    loop->fd = -1;
+    loop->fd = loop->group = -1;
     loop->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&loop->lock, NULL);
     if (loop->wake < 0 || ina_rx_init(&loop->rx, messages, 0) < 0) {
@@ -393,10 +394,12 @@ static inline int ina_loop_init(ina_loop *loop, unsigned messages) {
     return 0;
 }
 
-/* Serve the bound UDP socket `fd` from now on, with GRO and GSO where the kernel has them. */
-static inline void ina_loop_attach(ina_loop *loop, int fd) {
+/* Serve the bound UDP socket `fd` from now on, and read `group` (-1: none) beside it, with GRO and GSO where
+ * the kernel has them. */
+static inline void ina_loop_attach(ina_loop *loop, int fd, int group) {
     int gro = ina_enable_gro(fd);
-    loop->fd = fd, loop->rx.gro = gro, loop->tx.gso = gro; /* a kernel with GRO has GSO too */
+    if (group >= 0) ina_enable_gro(group);
+    loop->fd = fd, loop->group = group, loop->rx.gro = gro, loop->tx.gso = gro; /* a kernel with GRO has GSO too */
 }
 
 static inline void ina_loop_free(ina_loop *loop) {
@@ -432,19 +435,30 @@ static inline int ina_loop_flush(ina_loop *loop) {
 /* Serve `node` until loop->stop (INA_SERVE_STOPPED), a failure (INA_SERVE_FAILED, loop->error),
  * or `slice` seconds (INA_SERVE_AGAIN: the caller may run signal handlers, then call again).
  * Call without the lock; the GIL may be released around it. */
+/* Hand what waits on `fd` to `node`: the datagrams taken, or -1 with loop->error set. Called with the lock held. */
+static inline long ina_loop_take(ina_loop *loop, const ina_node *node, int fd, double now) {
+    long got = ina_rx_recv(&loop->rx, fd);
+    if (got < 0) {
+        snprintf(loop->error, sizeof loop->error, "receive failed: %s", strerror((int)-got));
+        return -1;
+    }
+    for (size_t i = 0; i < loop->rx.count; i++)
+        node->receive(node->self, loop->rx.data[i], loop->rx.length[i], loop->rx.source[i], now, &loop->tx);
+    return got;
+}
+
 static inline int ina_serve(ina_loop *loop, const ina_node *node, double slice) {
     double until = ina_now() + slice;
     while (!loop->stop) {
         pthread_mutex_lock(&loop->lock);
-        long got = ina_rx_recv(&loop->rx, loop->fd);
-        if (got < 0) {
-            snprintf(loop->error, sizeof loop->error, "receive failed: %s", strerror((int)-got));
+        double now = ina_now();
+        long got = ina_loop_take(loop, node, loop->fd, now), more = 0;
+        if (got >= 0 && loop->group >= 0) more = ina_loop_take(loop, node, loop->group, now);
+        if (got < 0 || more < 0) {
             pthread_mutex_unlock(&loop->lock);
             return INA_SERVE_FAILED;
         }
-        double now = ina_now();
-        for (size_t i = 0; i < loop->rx.count; i++)
-            node->receive(node->self, loop->rx.data[i], loop->rx.length[i], loop->rx.source[i], now, &loop->tx);
+        got += more;
         double deadline = node->next_deadline(node->self);
         int due = deadline <= now;
         if (due) node->tick(node->self, now, &loop->tx);
@@ -454,9 +468,9 @@ static inline int ina_serve(ina_loop *loop, const ina_node *node, double slice) 
         if (now >= until) return INA_SERVE_AGAIN;
         if (got || due) continue;
         double wait = (deadline < until ? deadline : until) - now;
-        struct pollfd fds[2] = {{loop->fd, POLLIN, 0}, {loop->wake, POLLIN, 0}};
+        struct pollfd fds[3] = {{loop->fd, POLLIN, 0}, {loop->wake, POLLIN, 0}, {loop->group, POLLIN, 0}};
         int timeout = wait <= 0 ? 0 : (int)ceil(wait * 1000.0);
-        if (poll(fds, 2, timeout) < 0 && errno == EINTR) return INA_SERVE_AGAIN;
+        if (poll(fds, loop->group >= 0 ? 3 : 2, timeout) < 0 && errno == EINTR) return INA_SERVE_AGAIN;
         if (fds[1].revents & POLLIN) {
             uint64_t count;
             if (read(loop->wake, &count, sizeof count) < 0) { /* drained by another reader */ }

@@ -39,7 +39,7 @@ NativeFrames = tuple[Any, Any, Any, Any, Any]
 class NativeCore(Protocol):
     """What a native core's extension type offers to the runner (ina/csrc/ina_pynode.h)."""
 
-    def serve(self, fd: int) -> None: ...
+    def serve(self, fd: int, group: int = -1) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -144,8 +144,8 @@ class NativeNode(NativeFrameNode):
     """A native core as a `Node` and `FrameNode`, and as the `NativeCore` that `NativeRunner` serves:
     what the native PS and switch share."""
 
-    def serve(self, fd: int) -> None:
-        self._core.serve(fd)
+    def serve(self, fd: int, group: int = -1) -> None:
+        self._core.serve(fd, group)
 
     def stop(self) -> None:
         self._core.stop()
@@ -156,13 +156,15 @@ class NativeNode(NativeFrameNode):
 
 class NativeRunner(LoopThread):
     """Serves a native core on a bound UDP socket (which it then owns) until `stop()`, as
-    `UdpRunner` serves a Python node; `error` keeps what stopped a background loop."""
+    `UdpRunner` serves a Python node, reading a RESULT group's socket `group` (owned too) beside it;
+    `error` keeps what stopped a background loop."""
 
     thread_name = "ina-native-loop"
 
-    def __init__(self, core: NativeCore, sock: socket.socket) -> None:
+    def __init__(self, core: NativeCore, sock: socket.socket, group: socket.socket | None = None) -> None:
         self.core = core
         self.sock = sock
+        self.group = group
 
     @classmethod
     def bind(cls, core: NativeCore, address: Address) -> NativeRunner:
@@ -181,13 +183,14 @@ class NativeRunner(LoopThread):
 
     def serve_forever(self) -> None:
         """Run the core's packet loop in the calling thread until `stop()` (Ctrl-C handlers still run)."""
-        self.core.serve(self.sock.fileno())
+        self.core.serve(self.sock.fileno(), -1 if self.group is None else self.group.fileno())
 
     def stop(self) -> None:
         """Ask the loop to return, now or as soon as it starts (safe from any thread or a signal handler)."""
         self.core.stop()
 
     def close(self) -> None:
-        """Stop, wait for the serving thread, and release the socket."""
+        """Stop, wait for the serving thread, and release the sockets."""
         self.join()
-        self.sock.close()
+        for sock in filter(None, (self.sock, self.group)):
+            sock.close()

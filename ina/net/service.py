@@ -22,6 +22,7 @@ from ina.control.credentials import TOKEN, TOKEN_FILE
 from ina.control.http import ControlServer
 from ina.control.registry import DEFAULT_LEASE, JobStore, Leases, Registry, changes
 from ina.control.tls import CA_FILE, server_context
+from ina.net.multicast import send_probe
 from ina.net.node import Address, Node
 from ina.net.udp import UdpRunner
 
@@ -66,6 +67,10 @@ class Service:
 
     def counters(self) -> dict[str, int]:
         return {"send_refused": self.runner.refused}
+
+    def probe(self, group: Address, nonce: int) -> int:
+        """Send probe datagrams to a RESULT group from the data address's interface (docs/protocol.md, section 7)."""
+        return send_probe(self.address[0], group, nonce)
 
     def serve_forever(self) -> None:
         """Serve packets in the calling thread until `stop()`; re-raises what stopped it."""

@@ -88,19 +88,27 @@ SOCKET_BUFFER_BYTES = 8 << 20
 """The kernel buffers every socket of ours asks for, each way."""
 
 
-def open_socket(address: Address, buffer_bytes: int = SOCKET_BUFFER_BYTES) -> socket.socket:
-    """An IPv4 UDP socket bound to `address`, with large kernel buffers (bursts of a batch must fit).
+def open_socket(address: Address, buffer_bytes: int = SOCKET_BUFFER_BYTES, shared: bool = False) -> socket.socket:
+    """An IPv4 UDP socket bound to `address`, with large kernel buffers (bursts of a batch must fit);
+    `shared` lets other sockets bind the same address (a multicast group's workers on one host).
 
     The kernel caps SO_RCVBUF and SO_SNDBUF at net.core.rmem_max and wmem_max; a process that
-    may (root, CAP_NET_ADMIN) gets the full size with the FORCE variants, without changing them."""
+    may (root, CAP_NET_ADMIN) gets the full size with the FORCE variants, without changing them.
+    Bound to one unicast address, it sends multicast out of that address's interface (a RESULT
+    group, docs/protocol.md section 7), loopback included, rather than where the routes say."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         for force, option in ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF)):
             try:
                 sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
             except OSError:
                 sock.setsockopt(socket.SOL_SOCKET, option, buffer_bytes)
         sock.bind(address)
+        host = sock.getsockname()[0]
+        if host != "0.0.0.0" and not shared:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(host))
     except OSError:
         sock.close()
         raise
@@ -337,6 +345,11 @@ class LoopThread(ABC):
         self._thread.start()
         return self
 
+    @property
+    def native_id(self) -> int | None:
+        """The serving thread's kernel id (None before `start`): /proc/<pid>/task/<id> says what serving costs."""
+        return None if self._thread is None else self._thread.native_id
+
     def join(self) -> None:
         """Stop, and wait for the serving thread if there is one."""
         self.stop()
@@ -352,16 +365,18 @@ class UdpRunner(LoopThread):
     so replies flow while the rest of a large backlog is processed (peers keep working).
     A `FrameNode` gets them as `Frames` (no Python object per datagram), and a `FrameTimers`
     node's timers answer `Frames` too (`tick_frames`). Other threads reach
-    the node through `call_soon`, so a node need not be thread-safe.
+    the node through `call_soon`, so a node need not be thread-safe. A worker's RESULT group socket
+    `group` (owned too) is read beside `sock`; everything leaves through `sock`.
     """
 
     def __init__(self, node: Node, sock: socket.socket, batch: int = 256, mmsg: bool | None = None, gso: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, group: socket.socket | None = None) -> None:  # fmt: skip
         if batch < 1:
             raise ValueError(f"batch must be at least 1 datagram, got {batch}")
         self.node = node
         self.batch = batch
         self.io = BatchSocket(sock, mmsg=mmsg, gso=gso)
+        self.inputs = [self.io] if group is None else [self.io, BatchSocket(group, mmsg=mmsg, gso=gso)]
         self.clock = clock
         self.refused = 0
         self._stopping = threading.Event()
@@ -389,13 +404,16 @@ class UdpRunner(LoopThread):
         while not self._stopping.is_set():
             if self._calls:
                 self._run_calls()
-            frames = io.recv_frames()
-            for start in range(0, len(frames), self.batch):
-                part = frames.slice(start, start + self.batch)
-                if frames_in_frames_out:
-                    self.refused += io.send_frames(node.receive_frames(part, self.clock()))
-                else:
-                    self._send(node.receive(part.datagrams(), self.clock()))
+            got = 0
+            for source in self.inputs:
+                frames = source.recv_frames()
+                got += len(frames)
+                for start in range(0, len(frames), self.batch):
+                    part = frames.slice(start, start + self.batch)
+                    if frames_in_frames_out:
+                        self.refused += io.send_frames(node.receive_frames(part, self.clock()))
+                    else:
+                        self._send(node.receive(part.datagrams(), self.clock()))
             deadline = node.next_deadline()
             if deadline is not None and self.clock() >= deadline:
                 if ticks_frames:
@@ -403,9 +421,9 @@ class UdpRunner(LoopThread):
                 else:
                     self._send(node.tick(self.clock()))
                 continue
-            if not len(frames) and not self._calls:
+            if not got and not self._calls:
                 timeout = None if deadline is None else max(0.0, deadline - self.clock())
-                if self._wake_r in select.select([io, self._wake_r], [], [], timeout)[0]:
+                if self._wake_r in select.select([*self.inputs, self._wake_r], [], [], timeout)[0]:
                     self._drain_wakes()
 
     def call_soon(self, function: Callable[[], None]) -> None:
@@ -451,5 +469,5 @@ class UdpRunner(LoopThread):
     def close(self) -> None:
         """Stop, wait for the serving thread, and release the sockets."""
         self.join()
-        for sock in (self.io.sock, self._wake_r, self._wake_w):
+        for sock in (*(source.sock for source in self.inputs), self._wake_r, self._wake_w):
             sock.close()

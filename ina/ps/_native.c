@@ -161,6 +161,8 @@ typedef struct {
     ina_addr workers[INA_MAX_WORKERS];
     int has_switch;
     ina_addr sw;
+    int has_group; /* RESULTs made here go once to `group`, else to every worker */
+    ina_addr group;
     int has_table;
     lookup table;
     seqmap pending, ring, fetches;
@@ -512,11 +514,11 @@ static void fetch_pop(job *j, uint32_t seq) {
 }
 
 /* Send the RESULT to every worker of the job and keep it for replays. It is written straight
- * into the send queue, and queued once more for each other worker without a copy. */
+ * into the send queue: once to the job's group, or once for each worker (without a copy). */
 static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx *tx) {
     chunk *c = &j->chunks[entry];
     uint32_t seq = j->pending.key[entry], length = INA_HEADER_BYTES + 4 * c->words;
-    uint8_t *packet = ina_tx_add(tx, j->workers[0], length);
+    uint8_t *packet = ina_tx_add(tx, j->has_group ? j->group : j->workers[0], length);
     int queued = packet != NULL;
     if (!queued) packet = j->packet; /* out of memory: kept for replays, not sent (not counted) */
     write_control(packet, INA_RESULT, j->id, seq, c->format, j->full);
@@ -527,7 +529,7 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     fetch_pop(j, seq); /* every worker gets the RESULT below */
     if (queued) {
         ps->counts[C_tx]++;
-        for (uint32_t r = 1; r < j->n; r++) send_again(ps, tx, j->workers[r]);
+        for (uint32_t r = 1; r < j->n && !j->has_group; r++) send_again(ps, tx, j->workers[r]);
     }
     ps->counts[C_completed]++, j->completed++;
 }
@@ -860,20 +862,22 @@ static int not_ready(PS *self) {
     return 1;
 }
 
-/* register(job, words, window, ring, lane_bits, index_bits, workers, switch, table): workers is (ip, port) uint32
- * pairs as bytes, switch (ip, port) or None, table the levels as uint32 bytes (empty without indices). */
+/* register(job, words, window, ring, lane_bits, index_bits, workers, switch, table, group): workers is (ip, port)
+ * uint32 pairs as bytes, switch and group (ip, port) or None, table the levels as uint32 bytes (empty without indices). */
 static PyObject *PS_register(PS *self, PyObject *args) {
     unsigned int id, words, window, cap, lane_bits, index_bits;
     Py_buffer workers, table;
-    PyObject *sw;
+    PyObject *sw, *group;
     if (not_ready(self)) return NULL;
-    if (!PyArg_ParseTuple(args, "IIIIIIy*Oy*", &id, &words, &window, &cap, &lane_bits, &index_bits, &workers, &sw, &table))
+    if (!PyArg_ParseTuple(args, "IIIIIIy*Oy*O", &id, &words, &window, &cap, &lane_bits, &index_bits, &workers, &sw, &table,
+                          &group))
         return NULL;
     PyObject *result = NULL;
     job *j = NULL;
     unsigned n = (unsigned)(workers.len / 8);
-    unsigned switch_ip = 0, switch_port = 0;
+    unsigned switch_ip = 0, switch_port = 0, group_ip = 0, group_port = 0;
     if (sw != Py_None && !PyArg_ParseTuple(sw, "II", &switch_ip, &switch_port)) goto done;
+    if (group != Py_None && !PyArg_ParseTuple(group, "II", &group_ip, &group_port)) goto done;
     if (id >= 1 << 16 || !words || !window || !cap || n < 1 || n > INA_MAX_WORKERS || workers.len % 8 ||
         !ina_lane_width_ok(lane_bits) || index_bits > INA_MAX_INDEX_BITS ||
         (index_bits && (size_t)table.len != 4 * ((size_t)1 << index_bits))) {
@@ -887,6 +891,7 @@ static PyObject *PS_register(PS *self, PyObject *args) {
     const uint32_t *peers = workers.buf;
     for (unsigned r = 0; r < n; r++) j->workers[r] = (ina_addr){peers[2 * r], (uint16_t)peers[2 * r + 1]};
     j->has_switch = sw != Py_None, j->sw = (ina_addr){switch_ip, (uint16_t)switch_port};
+    j->has_group = group != Py_None, j->group = (ina_addr){group_ip, (uint16_t)group_port};
     uint32_t longest = words;
     if (index_bits) {
         if (lookup_init(&j->table, table.buf, index_bits, lane_bits) < 0) goto nomem;

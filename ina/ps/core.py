@@ -347,13 +347,13 @@ class ParameterServer:
         return None
 
     def _complete(self, job: JobState, chunk: Chunk, out: list[Datagram]) -> None:
-        """Send the RESULT to every worker of the job and keep it for replays."""
+        """Send the RESULT to every worker of the job (its group, or each) and keep it for replays."""
         del job.pending[chunk.seq]
         chunk.live = False
         packet = _header(Kind.RESULT, job.spec.job, chunk.seq, chunk.format, job.full).pack(chunk.pieces.result)
         job.ring.put(chunk.seq, bool(chunk.format.flags), packet)
         job.fetches.pop(chunk.seq, None)  # every worker gets the RESULT below
-        out.extend(Datagram(packet, worker) for worker in job.workers)
+        out.extend(Datagram(packet, to) for to in job.result_to)
         self._counts["completed"] += 1
         job.completed += 1
 

@@ -68,7 +68,7 @@ class JobState:
     """One registered job as the PS sees it."""
 
     __slots__ = ("spec", "words", "full", "workers", "switch", "table", "pending", "pending_cap", "ring", "fetches", "newest", "owner",
-                 "completed", "switch_completed")
+                 "completed", "switch_completed", "result_to")
 
     def __init__(self, spec: JobSpec, words: int, ring_capacity: int) -> None:
         self.spec = spec
@@ -77,6 +77,8 @@ class JobState:
         self.full = spec.full_bitmap
         self.workers: list[Address] = [w.addr for w in spec.workers]
         self.switch: Address | None = spec.switch.addr if spec.switch else None
+        self.result_to: list[Address] = [spec.group.addr] if spec.group else self.workers
+        """Where a RESULT made here goes: the job's group once, else every worker (docs/protocol.md, section 6)."""
         self.table = IndexTable(spec.table, spec.index_bits, spec.lane_bits) if spec.index_bits else None
         self.pending: OrderedDict[int, Chunk] = OrderedDict()
         """Incomplete chunks by seq, oldest first (so expiry looks only at the front)."""

@@ -74,9 +74,9 @@ class NativeParameterServer(NativeNode):
         with self._lock:
             spec, owner, words, ring = admit(spec, self._jobs, self.words, self.max_words, self.result_retention)
             workers = np.array([peer_of(w.addr) for w in spec.workers], dtype=np.uint32).tobytes()
-            switch = None if spec.switch is None else peer_of(spec.switch.addr)
+            switch, group = (None if e is None else peer_of(e.addr) for e in (spec.switch, spec.group))
             table = np.asarray(spec.table, dtype=np.uint32).tobytes()
-            self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table)
+            self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table, group)
             self._jobs[spec.job] = (spec, owner, ring)
         return {"job": spec.job, "ring": ring}
 

@@ -49,10 +49,11 @@ static inline int key_op(uint64_t key) { return (int)(key >> 48 & 1); }
 typedef struct {
     uint32_t job, fanin, slot_base, span_mask, lane_bits, priority_cap;
     ina_addr ps;
+    ina_addr group; /* the job's RESULT group; port 0: none, RESULTs go to every worker */
     ina_addr workers[INA_MAX_WORKERS];
     uint32_t full;
 } job_row;
-enum { JOB_WORDS = 8 + 2 * INA_MAX_WORKERS };
+enum { JOB_WORDS = 10 + 2 * INA_MAX_WORKERS };
 
 typedef struct {
     PyObject_HEAD ina_loop loop;
@@ -80,8 +81,8 @@ static void send_again(Switch *sw, ina_addr to, ina_tx *tx) {
     if (ina_tx_repeat(tx, to) == 0) sw->count[C_TX]++;
 }
 
-/* Slot s's chunk (`key`) as a RESULT to every worker of its job then its PS, or as a PARTIAL
- * (bitmap, sums, priority) to its PS. */
+/* Slot s's chunk (`key`) as a RESULT to every worker of its job (its group once, or each) then its PS, or as
+ * a PARTIAL (bitmap, sums, priority) to its PS. */
 static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_tx *tx) {
     int32_t r = sw->index[key_job(key)];
     if (r < 0) return; /* unreachable: deregistering a job forgets its slots (set_jobs) */
@@ -95,13 +96,14 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
     };
     /* Written straight into the send queue, once: a RESULT is queued again for the other workers and the PS. */
     size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->chunk_words[s];
-    uint8_t *p = ina_tx_add(tx, kind == INA_RESULT ? row->workers[0] : row->ps, length);
+    int grouped = row->group.port != 0;
+    uint8_t *p = ina_tx_add(tx, kind != INA_RESULT ? row->ps : grouped ? row->group : row->workers[0], length);
     if (!p) return; /* out of memory: dropped uncounted */
     ina_write_header(p, &h);
     ina_store_words(p + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->chunk_words[s]);
     sw->count[C_TX]++;
     if (kind != INA_RESULT) return;
-    for (uint32_t r = 1; r < row->fanin; r++) send_again(sw, row->workers[r], tx);
+    for (uint32_t r = 1; r < row->fanin && !grouped; r++) send_again(sw, row->workers[r], tx);
     send_again(sw, row->ps, tx);
 }
 
@@ -322,13 +324,13 @@ static int ready(Switch *self) {
 static int read_row(const Switch *self, const uint32_t *w, job_row *row) {
     memset(row, 0, sizeof *row);
     row->job = w[0], row->fanin = w[1], row->slot_base = w[2], row->span_mask = w[3], row->lane_bits = w[4];
-    row->priority_cap = w[5], row->ps = (ina_addr){w[6], (uint16_t)w[7]};
-    for (unsigned r = 0; r < INA_MAX_WORKERS; r++) row->workers[r] = (ina_addr){w[8 + 2 * r], (uint16_t)w[9 + 2 * r]};
+    row->priority_cap = w[5], row->ps = (ina_addr){w[6], (uint16_t)w[7]}, row->group = (ina_addr){w[8], (uint16_t)w[9]};
+    for (unsigned r = 0; r < INA_MAX_WORKERS; r++) row->workers[r] = (ina_addr){w[10 + 2 * r], (uint16_t)w[11 + 2 * r]};
     row->full = row->fanin >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << row->fanin) - 1;
     uint32_t span = row->span_mask + 1;
     if (row->job > 0xFFFF || row->fanin < 1 || row->fanin > INA_MAX_WORKERS || row->slot_base >= self->pool ||
         span == 0 || span > self->pool || (span & row->span_mask) || !ina_lane_width_ok(row->lane_bits) ||
-        row->priority_cap > 255 || w[7] > 0xFFFF || self->index[row->job] != -1) {
+        row->priority_cap > 255 || w[7] > 0xFFFF || w[9] > 0xFFFF || self->index[row->job] != -1) {
         PyErr_Format(PyExc_ValueError, "job row for job %u is not a valid registration (or a duplicate)", row->job);
         return 0;
     }

@@ -84,16 +84,18 @@ class NativeSwitchCore(NativeNode):
         return waiting_in(np.frombuffer(key, dtype=np.uint64), np.frombuffer(bitmap, dtype=np.uint32))
 
     def _push(self, forget: int = -1) -> None:
-        """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS and workers."""
+        """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS, group (0, 0: none)
+        and workers."""
         rows = np.zeros((len(self.table.entries), self._job_words), dtype=np.uint32)
         for row, entry in zip(rows, self.table.entries.values()):
             spec = entry.spec
             assert spec.ps is not None  # Jobs refuses a switch job without one
-            row[:8] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
-                       spec.priority_cap, *peer_of(spec.ps.addr))  # fmt: skip
+            group = peer_of(spec.group.addr) if spec.group else (0, 0)
+            row[:10] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
+                        spec.priority_cap, *peer_of(spec.ps.addr), *group)  # fmt: skip
             peers = np.array([peer_of(w.addr) for w in spec.workers], dtype=np.uint32).reshape(-1)
-            row[8 : 8 + peers.size] = peers
-        assert rows.shape[1] == 8 + 2 * MAX_WORKERS
+            row[10 : 10 + peers.size] = peers
+        assert rows.shape[1] == 10 + 2 * MAX_WORKERS
         self._core.set_jobs(rows.tobytes(), forget)
 
     # -- data plane ----------------------------------------------------------------------

@@ -201,7 +201,7 @@ class Jobs:
 
     def _rebuild(self) -> None:
         entries = list(self.entries.values())
-        self.addresses: list[Address] = sorted({ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps)})
+        self.addresses: list[Address] = sorted({ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps, e.spec.group) if ep})
         self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(self.addresses)}
         count = max(len(entries), 1)
         self.index = np.full(1 << 16, -1, dtype=np.int64)
@@ -213,7 +213,7 @@ class Jobs:
         self.lane_bits = np.zeros(count, dtype=np.int64)
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
         self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
-        members: list[list[int]] = []  # target set 2r: job row r's RESULT (workers by rank, then the PS); 2r + 1: its PS
+        members: list[list[int]] = []  # target set 2r: job row r's RESULT (its group or workers by rank, then the PS); 2r + 1: its PS
         for i, entry in enumerate(entries):
             spec = entry.spec
             assert spec.ps is not None
@@ -226,7 +226,8 @@ class Jobs:
             self.lane_bits[i] = spec.lane_bits
             self.ps_id[i] = self.address_ids[spec.ps.addr]
             self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
-            members += [[*self.worker_id[i, : spec.fanin].tolist(), int(self.ps_id[i])], [int(self.ps_id[i])]]
+            receivers = [self.address_ids[spec.group.addr]] if spec.group else self.worker_id[i, : spec.fanin].tolist()
+            members += [[*receivers, int(self.ps_id[i])], [int(self.ps_id[i])]]
         self.set_size = np.array([len(m) for m in members] or [0], dtype=np.int64)
         self.set_start = np.cumsum(self.set_size) - self.set_size
         self.set_members = np.array([a for m in members for a in m], dtype=np.int64)

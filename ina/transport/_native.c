@@ -741,7 +741,7 @@ static PyMethodDef Engine_methods[] = {
     {"failure", (PyCFunction)Engine_failure, METH_NOARGS, "None, or the timed-out chunk's facts."},
     {"rtt", (PyCFunction)Engine_rtt, METH_NOARGS, "(srtt or None, rttvar, rto)."},
     {"bytes_sent", (PyCFunction)Engine_bytes_sent, METH_NOARGS, "UDP payload bytes queued to send."},
-    {"serve", (PyCFunction)Engine_serve, METH_VARARGS, "Serve the socket fd with the GIL released until stop()."},
+    {"serve", (PyCFunction)Engine_serve, METH_VARARGS, "serve(fd[, group]): serve the socket fd (and read a RESULT group's socket) with the GIL released until stop()."},
     {"stop", (PyCFunction)Engine_stop, METH_NOARGS, "Stop serving and waiting."},
     {"refused", (PyCFunction)Engine_refused, METH_NOARGS, "Datagrams the kernel refused to send."},
     {NULL, NULL, 0, NULL},

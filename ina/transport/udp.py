@@ -31,12 +31,14 @@ import torch.distributed as dist
 from ina.compression import THCCodec, THCConfig, sum_lane_bits
 from ina.control import Endpoint, JobSpec
 from ina.control.http import ControlError
+from ina.net.multicast import enabled as multicast_enabled
 from ina.net.udp import SOCKET_BUFFER_BYTES
 from ina.protocol import MAX_WORKERS, result_words
 from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
 from ina.transport.errors import TransportError, too_many_workers
+from ina.transport.groups import result_group
 from ina.transport.payload import pack_words, unpack_words
 from ina.transport.priority import PriorityPolicy
 from ina.transport.udp_engine import ServedEngine, serve_engine
@@ -50,6 +52,7 @@ from ina.transport.udp_setup import (
     bind_socket,
     deregister,
     derived_job,
+    free_job,
     locate,
     ps_only_words,
     register,
@@ -85,6 +88,9 @@ class _UdpTransport(Transport):
             PS instead, exactly (docs/protocol.md, section 8, "Failover"); 0: never. Default 5 s, at
             most a quarter of ``peer_timeout``.
         failback: this long after a failover, new chunks try the switch again; 0: never. Default 30 s.
+        multicast: let the aggregators send RESULTs to the job's group where every rank receives it
+            (docs/protocol.md, section 7, "RESULT groups"); False keeps them unicast. Default: INA_MULTICAST
+            (on unless 0).
     """
 
     def __init__(
@@ -102,6 +108,7 @@ class _UdpTransport(Transport):
         peer_timeout: float = 30.0,
         failover: Optional[float] = None,
         failback: float = 30.0,
+        multicast: Optional[bool] = None,
     ) -> None:
         self._engine: Optional[ServedEngine] = None  # before the base sets bytes_sent
         super().__init__()
@@ -122,6 +129,7 @@ class _UdpTransport(Transport):
         self._ps, self._switch = ps, switch
         self._bind, self._job, self._window = bind, job, window
         self._priority_cap, self._policy = priority_cap, policy
+        self._multicast = multicast_enabled() if multicast is None else multicast
         self._timing = {"min_rto": min_rto, "max_rto": max_rto, "peer_timeout": peer_timeout,
                         "initial_rto": min(max(_INITIAL_RTO, min_rto), max_rto), "failover": failover, "failback": failback}  # fmt: skip
         self._config: Optional[THCConfig] = None
@@ -159,15 +167,23 @@ class _UdpTransport(Transport):
         self._index_bits = config.bits if self._switch is None and ranks is None else 0
         deployment: Deployment = agree(group, lambda: self._deployment(locate(self._ps, self._switch)))
         sock = bind_socket(self._bind, deployment.destination)
+        member = None
         try:
             addresses = [None] * workers
             dist.all_gather_object(addresses, sock.getsockname()[:2], group=group)
             spec = self._spec(deployment, [tuple(a) for a in addresses])
+            if self._job is None:
+                spec = replace(spec, job=agree(group, lambda: free_job(self._ps, self._switch, deployment, spec.job)))
+            aggregators = [a for a in (self._ps, self._switch) if a is not None]
+            member, address, grouped = result_group(group, aggregators, spec.job, deployment.destination[1], sock.getsockname()[0],
+                                                    self._multicast)  # fmt: skip
+            spec = replace(spec, group=Endpoint(*address))
             registration: Registration = agree(
-                group, lambda: register(self._ps, self._switch, deployment, spec, pick_job=self._job is None)
+                group, lambda: register(self._ps, self._switch, deployment, spec, pick_job=False, grouped=grouped)
             )
         except BaseException:
-            sock.close()
+            for opened in filter(None, (sock, member)):
+                opened.close()
             raise
         self.job, self._words = registration.job, deployment.words
         engine_config = EngineConfig(
@@ -176,7 +192,7 @@ class _UdpTransport(Transport):
             pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, ps_only=self._switch is None,
             pad=not deployment.short_chunks, **self._timing,
         )  # fmt: skip
-        self._engine = serve_engine(engine_config, sock, self._policy)  # native where it is built
+        self._engine = serve_engine(engine_config, sock, self._policy, member)  # native where it is built
         owner = (self._ps, self._switch, registration.job) if rank == 0 else None
         keeper = None
         if owner is not None and registration.lease:

@@ -41,7 +41,8 @@ class _Submission(NamedTuple):
 
 
 class UdpEngine:
-    """`Engine(config, policy)` served on `sock` (bound; this object then owns it) until `close()`.
+    """`Engine(config, policy)` served on `sock` (bound; this object then owns it, and `group`, the job's
+    RESULT group socket, read beside it) until `close()`.
 
     `submit` may be called from any thread. Each reduction's future gets its uint32 sums
     (`Engine.completed`), or the engine's `TransportError` once a peer stays silent for
@@ -49,14 +50,15 @@ class UdpEngine:
     `bytes_sent` counts the UDP payload bytes handed to the socket: headers and resends included.
     """
 
-    def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> None:
+    def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None,
+                 group: socket.socket | None = None) -> None:  # fmt: skip
         self.engine = Engine(config, policy)
         self.bytes_sent = 0
         self._lock = threading.Lock()
         self._inbox: deque[_Submission] = deque()  # submitted, not yet handed to the engine
         self._pending: deque[Future] = deque()  # handed to the engine, in handle order (runner thread only)
         self._failure: BaseException | None = None
-        self.runner = UdpRunner(self, sock)
+        self.runner = UdpRunner(self, sock, group=group)
         self._thread = threading.Thread(target=self._serve, name=f"ina-job{config.job}-rank{config.rank}", daemon=True)
         self._thread.start()
 
@@ -148,7 +150,7 @@ class UdpEngine:
 
 
 class NativeUdpEngine:
-    """The native core served on `sock` (bound; this object then owns it) until `close()`: `UdpEngine`'s
+    """The native core served on `sock` (bound; this object then owns it, and `group` too) until `close()`: `UdpEngine`'s
     interface and behaviour (futures, failures, `bytes_sent`), with no Python in the packet loop.
 
     `submit` may be called from any thread; the words are read in place until the reduction's
@@ -156,10 +158,11 @@ class NativeUdpEngine:
     cannot run (`ina.transport.native.native_policy`).
     """
 
-    def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> None:
+    def __init__(self, config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None,
+                 group: socket.socket | None = None) -> None:  # fmt: skip
         self.config = config
         self.policy, self.core = new_core(config, policy, peer_of, served=True)
-        self.runner = NativeRunner(self.core, sock)
+        self.runner = NativeRunner(self.core, sock, group)
         self._lock = threading.Lock()
         self._pending: dict[int, Future] = {}  # by handle
         self._failure: BaseException | None = None
@@ -250,9 +253,12 @@ class NativeUdpEngine:
 ServedEngine = UdpEngine | NativeUdpEngine
 
 
-def serve_engine(config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None) -> ServedEngine:
-    """The native engine where it is built and runs `policy`, else the Python one (saying why, for a policy)."""
-    return NativeUdpEngine(config, sock, policy) if runs_natively(policy) else UdpEngine(config, sock, policy)
+def serve_engine(config: EngineConfig, sock: socket.socket, policy: PriorityPolicy | None = None,
+                 group: socket.socket | None = None) -> ServedEngine:  # fmt: skip
+    """The native engine where it is built and runs `policy`, else the Python one (saying why, for a policy);
+    either reads the job's RESULT group socket `group` beside `sock`."""
+    engine = NativeUdpEngine if runs_natively(policy) else UdpEngine
+    return engine(config, sock, policy, group)
 
 
 def _loop_failure(error: BaseException) -> TransportError:

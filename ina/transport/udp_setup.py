@@ -228,24 +228,36 @@ class LeaseKeeper:
         self._thread.join()
 
 
-def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, spec: JobSpec, pick_job: bool) -> Registration:
-    """Register the job with the PS, then the switch (rank 0); `pick_job` moves `spec.job` to the
-    first id registered with neither, so that concurrent jobs do not clash."""
+def free_job(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, job: int) -> int:
+    """The first job id from `job` on registered with neither aggregator (and allowed for the token), so
+    that concurrent jobs do not clash (rank 0)."""
+    taken = {entry["job"] for aggregator in (ps, switch) if aggregator for entry in aggregator.client().jobs()}
+    allowed = deployment.job_ids
+    candidates = (j % (1 << 16) for j in range(job, job + (1 << 16)))
+    free = next((j for j in candidates if j not in taken and (allowed is None or j in allowed)), None)
+    if free is None:
+        raise TransportError("every job id this token may use is registered already: deregister a job, or ask the operator for more ids")
+    return free
+
+
+def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, spec: JobSpec, pick_job: bool,
+             grouped: frozenset[str] = frozenset()) -> Registration:  # fmt: skip
+    """Register the job with the PS, then the switch (rank 0); `pick_job` moves `spec.job` to `free_job`'s id.
+    Only the aggregators whose roles are `grouped` get `spec.group` (docs/protocol.md, section 7, "RESULT groups")."""
     ps_client, switch_client = ps.client(), switch.client() if switch else None
     if pick_job:
-        taken = {entry["job"] for client in (ps_client, switch_client) if client for entry in client.jobs()}
-        allowed = deployment.job_ids
-        candidates = (j % (1 << 16) for j in range(spec.job, spec.job + (1 << 16)))
-        free = next((j for j in candidates if j not in taken and (allowed is None or j in allowed)), None)
-        if free is None:
-            raise TransportError("every job id this token may use is registered already: deregister a job, or ask the operator for more ids")
-        spec = replace(spec, job=free)
+        spec = replace(spec, job=free_job(ps, switch, deployment, spec.job))
+
+    def group(role: str) -> Endpoint | None:
+        return spec.group if role in grouped else None
+
     switch_address = None if deployment.switch is None else Endpoint(*deployment.switch)
-    ps_lease = ps_client.register(replace(spec, switch=switch_address)).get("lease", 0.0)
+    ps_lease = ps_client.register(replace(spec, switch=switch_address, group=group("ps"))).get("lease", 0.0)
     if switch_client is None:
         return Registration(spec.job, 0, lease=ps_lease)
     try:
-        answer = switch_client.register(replace(spec, ps=Endpoint(*deployment.ps), index_bits=0, table=(), words=0))
+        answer = switch_client.register(replace(spec, ps=Endpoint(*deployment.ps), index_bits=0, table=(), words=0,
+                                                group=group("switch")))  # fmt: skip
     except ControlError:
         ps_client.deregister(spec.job)
         raise
