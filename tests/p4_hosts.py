@@ -1,6 +1,7 @@
 """What runs on the test hosts of tests/test_p4_udp.py, inside their network namespace:
 `python p4_hosts.py sums JSON` (concurrent jobs of UDP engines; exactness against direct sums)
-or `python p4_hosts.py ddp JSON` (DDP training with transport="switch" and "collective").
+or `python p4_hosts.py ddp JSON` (DDP training with transport="switch" and "collective"), or
+`python p4_hosts.py across_a_restart JSON` (the same, slower, while the test restarts the switch).
 It prints one JSON line with what it measured."""
 
 from __future__ import annotations
@@ -133,6 +134,48 @@ def ddp(options: dict) -> dict:
     return {"losses": [{name: loss for name, (loss, *_) in result.items()} for result in results]}
 
 
+def across_a_restart(options: dict) -> dict:
+    """DDP through the switch (failing over to the PS and back while the test restarts it) and over
+    the collective: per rank, whether the parameters are equal, and the paths the switch run took."""
+    os.environ.update(options["environment"])
+    from ina.launch import run_workers
+
+    return {"ranks": run_workers(_train_across_a_restart, options["workers"], options["steps"], timeout=300)}
+
+
+def _train_across_a_restart(rank: int, workers: int, steps: int) -> dict:
+    import torch
+    import torch.distributed as dist
+    from conftest import loss_on, mlp, regression_problem, shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ina import THCState, thc_hook
+    from ina.transport import create_transport
+
+    x, y = regression_problem()
+    final, paths, counters = [], [], {}
+    for name in ("collective", "switch"):
+        torch.manual_seed(0)
+        model = mlp()
+        transport = "collective" if name == "collective" else create_transport("switch", None, peer_timeout=20.0, failover=0.5, failback=2.0)
+        state = THCState(start_iter=2, transport=transport)
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(state, thc_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(steps):
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+            time.sleep(0.1 if name == "switch" else 0)  # training while the switch restarts
+        final.append([p.detach().clone() for p in model.parameters()])
+        if name == "switch":
+            paths, counters = [path for _, path in state.paths], state.transport.counters
+        dist.barrier()
+        state.transport.close()
+    return {"equal": all(torch.equal(a, b) for a, b in zip(*final)), "paths": paths, "counters": counters}
+
+
 if __name__ == "__main__":
     command, options = sys.argv[1], json.loads(sys.argv[2])
-    print(json.dumps({"sums": sums, "ddp": ddp}[command](options)), flush=True)
+    print(json.dumps({"sums": sums, "ddp": ddp, "across_a_restart": across_a_restart}[command](options)), flush=True)

@@ -13,6 +13,8 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,7 @@ class Network:
     def __init__(self) -> None:
         from ina.control.auth import Access
         from ina.p4.controller import Route
+        from ina.control.registry import JobStore, Registry
         from ina.p4.server import P4SwitchServer
 
         self.parts: list = []
@@ -52,8 +55,10 @@ class Network:
         routes = [Route(WORKERS_IP, self.workers.mac, 1), Route(PS_IP, self.ps_host.mac, 2)]
         config = SwitchConfig(pool=POOL, words=WORDS, policy="esa", slot_timeout=1.0)
         interfaces = {1: self.workers.veth.switch_side, 2: self.ps_host.veth.switch_side}
-        self.switch = self._keep(P4SwitchServer(config, (SWITCH_IP, INA_PORT), (MANAGEMENT_IP, 0), interfaces, routes, SWITCH_MAC,
-                                                   access=Access(token=TOKEN)).start())
+        state = Path(tempfile.mkdtemp(prefix="ina-p4-state-")) / "switch.json"  # the job table a restart restores
+        self._start = lambda control: P4SwitchServer(config, (SWITCH_IP, INA_PORT), control, interfaces, routes, SWITCH_MAC,
+                                                     access=Access(token=TOKEN), registry=Registry(store=JobStore(state))).start()  # fmt: skip
+        self.switch = self._start((MANAGEMENT_IP, 0))
         self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",
                                                                "--control", f"{PS_IP}:{PS_CONTROL}", "--words", str(WORDS)),
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"INA_TOKEN": TOKEN})  # fmt: skip
@@ -61,6 +66,14 @@ class Network:
         while line.startswith("ina: warning"):  # a token over plain HTTP beyond loopback: said loudly first
             line = self.ps.stdout.readline()
         assert line.startswith("ina ps: data"), line
+
+    def restart_switch(self, down: float) -> None:
+        """Stop the controller and BMv2, and `down` seconds later start both again on the same addresses
+        from the state file."""
+        control = self.switch.control_address
+        self.switch.close()
+        time.sleep(down)
+        self.switch = self._start(control)
 
     def _keep(self, part):
         self.parts.append(part)
@@ -79,6 +92,7 @@ class Network:
     def close(self) -> None:
         self.ps.terminate()
         self.ps.wait(timeout=10)
+        self.switch.close()
         for part in reversed(self.parts):
             part.close()
 
@@ -114,6 +128,32 @@ def test_two_jobs_of_different_priorities_are_exact_through_bmv2_under_loss_dupl
     assert switch["preempted"] > 0 and switch["collision"] > 0, switch
     assert switch["completed"] > 0 and switch["unregistered"] == 0 and switch["malformed"] == 0, switch
     assert ps["completed"] > 0, ps  # the chunks the switch handed on completed at the PS
+
+
+def test_bmv2_restarted_mid_training_with_its_registers_empty_costs_a_failover_and_nothing_else(network):
+    """The controller and BMv2 stop mid-training and start again (the program pushed anew, every
+    register empty, the job's tables and multicast groups back from the state file). The PS's host
+    reaches the workers through the switch, so the job fails over to the PS and, the PS silent too,
+    goes on over the collective; it returns to the switch and ends with the collective's parameters."""
+    worker = subprocess.Popen(network.workers.netns.command(sys.executable, str(HOSTS), "across_a_restart",
+                                                             json.dumps({"workers": 2, "steps": 120, "environment": network.environment})),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ | network.environment)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not network.switch.switch.jobs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert network.switch.switch.jobs(), "the job never registered at the switch"
+        time.sleep(2.0)  # some steps through the switch
+        network.restart_switch(down=2.0)  # longer than the workers' failover
+        out, err = worker.communicate(timeout=300)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0, out + err
+    for rank in json.loads(out.strip().splitlines()[-1])["ranks"]:
+        assert rank["equal"], rank
+        assert rank["paths"][0] == "switch" and "collective" in rank["paths"] and rank["paths"][-1] == "switch", rank["paths"]
+        assert rank["counters"]["failovers"] >= 1 and rank["counters"]["collective_failbacks"] >= 1, rank["counters"]
+    assert network.switch.counters()["completed"] > 0  # the restarted switch aggregated again
 
 
 def test_ddp_through_bmv2_ends_with_exactly_the_collective_transports_parameters(network):
