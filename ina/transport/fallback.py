@@ -365,30 +365,6 @@ class CollectiveFallback(Transport):
         self._since_fallback = now
         return bool(self.primary.reachable())
 
-    def _probe(self, now: float) -> bool:
-        """Rank 0, on the collective, `failback` seconds after it went there (and after each try):
-        whether the aggregators answer again."""
-        failback = self.primary.timing["failback"]
-        if self._groups[0].rank() != 0 or self.path != "collective" or not failback or now < self._since_fallback + failback:
-            return False
-        self._since_fallback = now
-        return bool(self.primary.reachable())
-
-    def _answered(self, now: float) -> float:
-        """When the aggregators last said something this rank could use: the last answer or the last
-        failover to the PS (a new stage), whichever is later; `now` while the wrapped transport can
-        still fail over to the PS."""
-        counters = self.primary.counters
-        heard = sum(counters.get(name, 0) for name in _HEARD)
-        if heard != self._heard[0]:
-            self._heard = (heard, now)
-        moves = counters.get("failovers", 0)
-        if moves != self._moves[0]:
-            self._moves = (moves, now)
-        if self.primary.path == "switch" and self.primary.timing["failover"]:
-            return now
-        return max(self._heard[1], self._moves[1])
-
     def _forget_before(self, oldest: int) -> None:
         """Drop the inputs of reductions every rank has the result of."""
         with self._lock:
