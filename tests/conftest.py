@@ -3,6 +3,8 @@
 Multi-process tests run module-level worker functions with ``ina.launch.run_workers``; the
 workers import these helpers too (``tests/`` is on their ``sys.path``, as on pytest's).
 """
+import time
+
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -96,9 +98,10 @@ def loss_on(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 
 
 def train(
-    ddp: DistributedDataParallel, data: tuple[torch.Tensor, torch.Tensor], steps: range, lr: float = 0.1
+    ddp: DistributedDataParallel, data: tuple[torch.Tensor, torch.Tensor], steps: range, lr: float = 0.1, pause: float = 0.0
 ) -> None:
-    """Plain SGD (stateless, so a resumed run needs no optimizer state) on this rank's shards."""
+    """Plain SGD (stateless, so a resumed run needs no optimizer state) on this rank's shards, with
+    `pause` seconds after each step (training while a test stops and starts aggregators)."""
     x, y = data
     rank, workers = torch.distributed.get_rank(), torch.distributed.get_world_size()
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
@@ -107,6 +110,7 @@ def train(
         optimizer.zero_grad()
         loss_on(ddp, x[batch], y[batch]).backward()
         optimizer.step()
+        time.sleep(pause)
 
 
 def train_until_an_aggregator_dies(rank: int, workers: int, transport: str, steps: int, stop_at: int,

@@ -146,28 +146,20 @@ def across_a_restart(options: dict) -> dict:
 def _train_across_a_restart(rank: int, workers: int, steps: int) -> dict:
     import torch
     import torch.distributed as dist
-    from conftest import loss_on, mlp, regression_problem, shard
+    from conftest import mlp, regression_problem, thc_state, train
     from torch.nn.parallel import DistributedDataParallel
 
-    from ina import THCState, thc_hook
-    from ina.transport import create_transport
+    from ina import thc_hook
 
-    x, y = regression_problem()
+    options = {"switch": {"peer_timeout": 20.0, "failover": 0.5, "failback": 2.0}}
     final, paths, counters = [], [], {}
     for name in ("collective", "switch"):
         torch.manual_seed(0)
         model = mlp()
-        transport = "collective" if name == "collective" else create_transport("switch", None, peer_timeout=20.0, failover=0.5, failback=2.0)
-        state = THCState(start_iter=2, transport=transport)
+        state = thc_state(name, options, start_iter=2)
         ddp = DistributedDataParallel(model)
         ddp.register_comm_hook(state, thc_hook)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        for step in range(steps):
-            batch = shard(step, rank, workers)
-            optimizer.zero_grad()
-            loss_on(ddp, x[batch], y[batch]).backward()
-            optimizer.step()
-            time.sleep(0.1 if name == "switch" else 0)  # training while the switch restarts
+        train(ddp, regression_problem(), range(steps), pause=0.1 if name == "switch" else 0.0)  # while the switch restarts
         final.append([p.detach().clone() for p in model.parameters()])
         if name == "switch":
             paths, counters = [path for _, path in state.paths], state.transport.counters

@@ -7,7 +7,7 @@ wrapped transport as before, and a copy of its input is kept until every rank ha
 A heartbeat thread gathers each rank's state once a `beat` over a gloo group of its own: whether
 its aggregators have gone silent (no RESULT, STATUS or FETCH in the `silence` seconds since it
 resent a chunk, once it can fail over no further) or its engine gave up, whether it is closing, the oldest
-reduction it still lacks and how many it has submitted. Reductions older than the oldest any rank
+reduction it still lacks and (rank 0) whether the aggregators answer again. Reductions older than the oldest any rank
 lacks are done everywhere, so their inputs are dropped. When some rank is silent, every rank
 switches at the same beat: from the oldest reduction any rank lacks, each is summed again over a
 second gloo group, in submission order, on a thread that issues nothing else there. Results a rank
@@ -51,7 +51,7 @@ FALLBACKS = ("ps", "collective")
 """The stages a job may fall back to, in the order it does: the PS behind the switch, then the collective."""
 
 _HEARD = ("delivered", "status", "fetch_answered", "late")  # engine counters that only an answering aggregator moves
-_FAILED, _CLOSING, _OLDEST, _SUBMITTED, _BACK = range(5)  # a rank's heartbeat vector
+_FAILED, _CLOSING, _OLDEST, _BACK = range(4)  # a rank's heartbeat vector
 
 
 def checked_fallback(fallback: Any) -> tuple[str, ...]:
@@ -323,7 +323,7 @@ class CollectiveFallback(Transport):
         while True:
             self._wake.wait(self.beat)
             mine = self._state(time.monotonic())
-            everyone = [torch.zeros(5, dtype=torch.int64) for _ in range(group.size())]
+            everyone = [torch.zeros(4, dtype=torch.int64) for _ in range(group.size())]
             try:
                 dist.all_gather(everyone, mine, group=group)
             except Exception as error:  # noqa: BLE001 - a rank gone or hung: no agreement is possible any more
@@ -331,11 +331,12 @@ class CollectiveFallback(Transport):
                                            f"{self.peer_timeout} s: {error}"))  # fmt: skip
                 return
             states = torch.stack(everyone)
-            self._forget_before(int(states[:, _OLDEST].min()))
+            oldest = int(states[:, _OLDEST].min())
+            self._forget_before(oldest)
             on_collective = self.path == "collective"
             try:
                 if states[:, _FAILED].any() and not on_collective:
-                    self._fall_back(int(states[:, _OLDEST].min()), [r for r in range(len(everyone)) if states[r, _FAILED]])
+                    self._fall_back(oldest, [r for r in range(len(everyone)) if states[r, _FAILED]])
                 elif states[0, _BACK] and on_collective and not states[:, _CLOSING].any():
                     self._fail_back(group)
             except Exception as error:  # noqa: BLE001 - the ranks may no longer agree: stop here, loudly
@@ -345,7 +346,7 @@ class CollectiveFallback(Transport):
                 return
 
     def _state(self, now: float) -> torch.Tensor:
-        """This rank's heartbeat: silent or given up, closing, the oldest reduction it lacks, how many it submitted."""
+        """This rank's heartbeat: silent or given up, closing, the oldest reduction it lacks, the aggregators back."""
         mark = self._mark.update(self.primary, now)  # before the lock: the engine's thread takes it to complete a reduction
         back = self._probe(now)
         with self._lock:
@@ -354,7 +355,7 @@ class CollectiveFallback(Transport):
             sent = [r for r in waiting if self._route(r.index) == "primary"]
             silent = sent and mark.silent(now, self.silence)
             failed = self._gave_up is not None or bool(silent)
-            return torch.tensor([int(failed), int(self._closing), oldest, self._next, int(back)], dtype=torch.int64)
+            return torch.tensor([int(failed), int(self._closing), oldest, int(back)], dtype=torch.int64)
 
     def _probe(self, now: float) -> bool:
         """Rank 0, on the collective, `failback` seconds after it went there (and after each try):
