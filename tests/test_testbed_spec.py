@@ -31,6 +31,24 @@ def test_defaults_and_phases():
     assert spec.job_from_json(__import__("json").dumps(__import__("dataclasses").asdict(run.jobs[1]))) == run.jobs[1]
 
 
+def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as_told():
+    run = spec.parse({"topology": {"link": {"bw": 0, "loss": 1}, "ps_link": {"bw": 20}},
+                      "jobs": [{"name": "a", "start": 2.5, "compute": 0.01}, {"name": "b"}]})  # fmt: skip
+    assert (run.link.bw, run.ps_host_link.bw, run.ps_host_link.loss) == (0.0, 20.0, 1.0) and run.lossy
+    assert (run.jobs[0].start, run.jobs[0].compute, run.jobs[1].start, run.jobs[1].compute) == (2.5, 0.01, 0.0, 0.0)
+    plain = spec.parse({"jobs": [{}]})
+    assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.priority_queues
+
+
+@pytest.mark.parametrize("pool, jobs, window, expected", [(16, 4, 16, 4), (16, 3, 16, 4), (16, 3, 2, 2), (64, 3, None, 16), (8, 1, None, 8)])
+def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_the_pool(pool, jobs, window, expected):
+    run = spec.parse({"switch": {"pool": pool, "policy": ["esa", "static"]},
+                      "jobs": [{"name": f"j{i}", "transport": "switch", "window": window} for i in range(jobs)]
+                      + [{"name": "other", "transport": "ps"}, {"name": "later", "transport": "switch", "phase": 1}]})  # fmt: skip
+    assert [spec.static_window(job, run) for job in run.jobs[:jobs]] == [expected] * jobs
+    assert spec.static_window(run.jobs[-1], run) == pool  # alone in its phase
+
+
 @pytest.mark.parametrize(
     "document, message",
     [
@@ -50,6 +68,12 @@ def test_defaults_and_phases():
         ({"jobs": [{"hook": "powersgd", "warm_up": 1}]}, "powersgd needs at least 2 steps"),
         ({"jobs": [{"bits": 4, "granularity": 10}]}, "jobs[0]: granularity must be in 15..255"),
         ({"jobs": [{"model": {"hidden": []}}]}, "jobs[0].model.hidden"),
+        ({"jobs": [{"start": -1}]}, "jobs[0].start: -1.0: must be between 0"),
+        ({"jobs": [{"compute": "fast"}]}, "jobs[0].compute: expected a number"),
+        ({"jobs": [{}], "topology": {"ps_link": {"bw": -5}}}, "topology.ps_link.bw: -5.0"),
+        ({"jobs": [{}], "topology": {"ps_link": {"speed": 5}}}, "topology.ps_link: unknown field(s) ['speed']"),
+        ({"jobs": [{}], "switch": {"priority_queues": 1}}, "switch.priority_queues: expected true or false"),
+        ({"jobs": [{"steps": True}]}, "jobs[0].steps: expected an integer"),
     ],
 )
 def test_a_bad_run_file_is_refused_naming_the_field(document, message):
@@ -104,3 +128,29 @@ def test_without_mininet_it_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "mininet", None)  # `import mininet` fails
     monkeypatch.setattr(network, "DEBIAN_DIST_PACKAGES", "/nonexistent")
     assert "Mininet is not installed: `apt-get install mininet`" in network.why_not()
+
+
+def test_a_job_begins_its_start_after_the_phase_clock_its_rank_marked_ready(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from ina.testbed import clock
+
+    go = tmp_path / "go.0"
+    monkeypatch.setenv(clock.GO_FILE, str(go))
+    written = []
+
+    def start_phase() -> None:
+        while not (tmp_path / clock.ready_file(3)).exists():
+            time.sleep(0.01)
+        written.append(time.monotonic() + 0.1)
+        go.write_text(repr(written[0]))
+
+    threading.Thread(target=start_phase).start()
+    began = clock.wait_for_start(tmp_path, 3, start=0.2, timeout=10)
+    assert began == written[0] + 0.2 and time.monotonic() >= began
+    monkeypatch.delenv(clock.GO_FILE)
+    assert abs(clock.wait_for_start(tmp_path, 0, start=5, timeout=1) - time.monotonic()) < 0.1  # by hand: at once
+    monkeypatch.setenv(clock.GO_FILE, str(tmp_path / "never"))
+    with pytest.raises(TimeoutError, match="did not start the phase"):
+        clock.wait_for_start(tmp_path, 1, start=0, timeout=0.1)

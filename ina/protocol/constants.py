@@ -11,6 +11,15 @@ DEFAULT_PS_CONTROL_PORT = 47181
 MAX_WORKERS = 32
 LANE_WIDTHS = (8, 16, 32)
 MAX_INDEX_BITS = 8
+PRIORITY_OFFSET = 7
+"""The header byte that holds a packet's priority."""
+EGRESS_QUEUES = 8
+"""Strict-priority egress queues of a switch under esa (section 5, "Egress queues")."""
+
+
+def egress_queue(priority: int) -> int:
+    """The egress queue of a packet with this header priority: 8 levels a queue, 56 and up in the top one (7)."""
+    return min(priority >> 3, EGRESS_QUEUES - 1)
 
 
 class Kind(IntEnum):

@@ -32,12 +32,16 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ina.net.impair import chain_name, egress_rules
+from ina.protocol.constants import EGRESS_QUEUES, MAGIC, PRIORITY_OFFSET
+from ina.testbed.spec import Link as LinkSpec
 from ina.testbed.spec import Run
 
 DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 DATA_NET, MANAGEMENT_NET = "10.0.0", "10.1.0"
 PS_OCTET, SWITCH_OCTET = 250, 254
 SWITCH_MAC = "02:00:00:00:00:fe"
+UDP_PAYLOAD = 28
+"""Offset of the UDP payload from the IPv4 header (no IP options: the filters check IHL = 5)."""
 
 
 class TestbedUnavailable(RuntimeError):
@@ -78,9 +82,9 @@ def why_not(run: Optional[Run] = None) -> Optional[str]:
             return f"{tool} is not on PATH: install Mininet's Debian package (mininet) and iproute2"
     if run is None:
         return None
-    if run.link.loss > 0 and shutil.which("nft") is None:
+    if run.lossy and shutil.which("nft") is None:
         return "link loss is emulated with nftables: install nftables (`apt-get install nftables`)"
-    if run.link.delay > 0 and not netem_available():
+    if max(run.link.delay, run.ps_host_link.delay) > 0 and not netem_available():
         return ("link delay needs the kernel's sch_netem qdisc, which this kernel lacks (`modprobe sch_netem` fails); "
                 "set topology.link.delay to 0")  # fmt: skip
     if run.switch.target == "bmv2":
@@ -131,6 +135,7 @@ class Network:
         self.bmv2 = run.switch.target == "bmv2"
         self.net = Mininet(topo=None, controller=None, host=Host, link=TCLink, build=False)
         self.links: list[tuple[Any, Any]] = []  # (intf, intf) of every shaped link
+        self.shapes: list[LinkSpec] = []  # the run file's shape of each of them
         self._closed = False
         try:
             self._build(Link)
@@ -141,20 +146,21 @@ class Network:
     def _build(self, plain_link: Any) -> None:
         run, tag = self.run, self.tag
         switch = self.net.addHost(f"{tag}sw", ip=None)
-        shape: dict[str, Any] = {}
-        if run.link.bw > 0:
-            shape["bw"] = run.link.bw
-        if run.link.delay > 0:
-            shape["delay"] = f"{run.link.delay:g}ms"
 
-        def host(name: str, octet: int) -> tuple[Any, Any]:
+        def host(name: str, octet: int, shape: LinkSpec) -> tuple[Any, Any]:
             node = self.net.addHost(f"{tag}{name}", ip=f"{DATA_NET}.{octet}/24", mac=f"02:00:00:00:00:{octet:02x}")
-            link = self.net.addLink(node, switch, **shape)
+            options: dict[str, Any] = {}
+            if shape.bw > 0:
+                options["bw"] = shape.bw
+            if shape.delay > 0:
+                options["delay"] = f"{shape.delay:g}ms"
+            link = self.net.addLink(node, switch, **options)
             self.links.append((link.intf1, link.intf2))
+            self.shapes.append(shape)
             return node, link.intf1
 
-        workers = [host(f"w{i}", i + 1) for i in range(run.worker_hosts)]
-        ps_node, ps_intf = host("ps", PS_OCTET)
+        workers = [host(f"w{i}", i + 1, run.link) for i in range(run.worker_hosts)]
+        ps_node, ps_intf = host("ps", PS_OCTET, run.ps_host_link)
         self.switch_ports = [b for _, b in self.links]  # BMv2 port i + 1: worker i, then the PS
         management = []
         if self.bmv2:
@@ -188,8 +194,7 @@ class Network:
         else:
             self.switch_mac = _bridge(switch, "br0", self.switch_ports, f"{self.switch_ip}/24")
         self._static_arp()
-        if run.link.loss > 0:
-            self._loss(run.link.loss)
+        self._loss()
         self._check_shaping()
 
     def _static_arp(self) -> None:
@@ -201,32 +206,40 @@ class Network:
             lines.append(f"neigh replace {self.switch_ip} lladdr {self.switch_mac} dev {endpoint.interface} nud permanent")
             _ip_batch(endpoint.node, lines)
 
-    def _loss(self, percent: float) -> None:
-        """Drop `percent` of the packets leaving each end of each link (nftables, netdev egress)."""
-        by_node: dict[Any, list[str]] = {}
-        for pair in self.links:
+    def _loss(self) -> None:
+        """Drop each link's `loss` percent of the packets leaving each of its ends (nftables, netdev egress)."""
+        by_node: dict[tuple[Any, float], list[str]] = {}
+        for pair, shape in zip(self.links, self.shapes):
             for intf in pair:
-                by_node.setdefault(intf.node, []).append(intf.name)
-        for node, names in by_node.items():
-            _check(node, "nft", "-f", "-", input=egress_rules("ina_testbed", names, loss=percent / 100))
+                if shape.loss > 0:
+                    by_node.setdefault((intf.node, shape.loss), []).append(intf.name)
+        for (node, percent), names in by_node.items():
+            _check(node, "nft", "-f", "-", input=egress_rules(f"ina_testbed{round(percent * 1000)}", names, loss=percent / 100))
 
     def _check_shaping(self) -> None:
-        if self.run.link.bw <= 0:
-            return
-        for pair in self.links:
+        for pair, shape in zip(self.links, self.shapes):
+            if shape.bw <= 0:
+                continue
             for intf in pair:
                 qdiscs = _check(intf.node, "tc", "qdisc", "show", "dev", intf.name)
                 if "htb" not in qdiscs and "tbf" not in qdiscs and "hfsc" not in qdiscs:
                     raise RuntimeError(f"link shaping failed on {intf.name}: tc shows {qdiscs.strip()!r}")
 
+    def prioritize(self, on: bool) -> None:
+        """Egress queues by priority (docs/protocol.md, "Egress queues") on the switch node's end of every shaped
+        link, or (off) one FIFO again: the switch's ports are these interfaces' queues, whichever target forwards."""
+        for (_, port), shape in zip(self.links, self.shapes):
+            if shape.bw <= 0:
+                continue  # an unshaped veth has no queue to order
+            commands = priority_queue_commands(port.name, shape.bw) if on else fifo_commands(port.name)
+            _check(self.switch, "sh", "-c", commands)
+
     def loss_counters(self) -> dict[str, int]:
         """Packets dropped by the loss rules, per interface (both ends of each link)."""
         dropped: dict[str, int] = {}
-        if self.run.link.loss <= 0:
-            return dropped
         interfaces = {chain_name(intf.name): intf.name for pair in self.links for intf in pair}
-        for node in {intf.node for pair in self.links for intf in pair}:
-            listing = _check(node, "nft", "list", "table", "netdev", "ina_testbed")
+        for node in {intf.node for pair, shape in zip(self.links, self.shapes) if shape.loss > 0 for intf in pair}:
+            listing = _check(node, "nft", "list", "ruleset", "netdev")
             chain = None
             for line in listing.splitlines():
                 words = line.split()
@@ -288,6 +301,38 @@ class Network:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def priority_queue_commands(device: str, mbit: float) -> str:
+    """Shell commands: TCLink's HTB class 5:1 (the link's rate) split into EGRESS_QUEUES classes that borrow its
+    rate in priority order (HTB's `prio`; each is guaranteed a token 8 kbit/s, so the order is all but strict), each
+    ina packet in the class of its header's queue (min(priority >> 3, 7)), anything else in queue 0's.
+    This kernel has HTB and u32 but not the prio qdisc."""
+    ours = f"match u8 0x45 0xff at 0 match u8 17 0xff at 9 match u8 {MAGIC:#x} 0xff at {UDP_PAYLOAD}"
+    lines = [fifo_commands(device)]
+    for queue in range(EGRESS_QUEUES):
+        lines.append(f"tc class add dev {device} parent 5:1 classid {_queue_class(queue)} htb rate 8kbit ceil {mbit:g}mbit "
+                     f"prio {EGRESS_QUEUES - 1 - queue}")  # fmt: skip
+    for queue in range(1, EGRESS_QUEUES):
+        # priorities 8q .. 8q+7; the top queue also takes 64 and up (prefixes 01 and 1 of the byte)
+        ranges = [(8 * queue, 0xF8)] + ([(0x40, 0xC0), (0x80, 0x80)] if queue == EGRESS_QUEUES - 1 else [])
+        for value, mask in ranges:
+            lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} "
+                         f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
+    lines.append(f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}")
+    return " && ".join(lines)
+
+
+def fifo_commands(device: str) -> str:
+    """Shell commands that take the queues of `priority_queue_commands` away again (none there: nothing to do),
+    leaving TCLink's HTB class 5:1 a leaf with one FIFO."""
+    classes = " ".join(_queue_class(q) for q in range(EGRESS_QUEUES))
+    return (f"{{ tc filter del dev {device} parent 5: 2>/dev/null; "
+            f"for c in {classes}; do tc class del dev {device} classid $c 2>/dev/null; done; true; }}")
+
+
+def _queue_class(queue: int) -> str:
+    return f"5:{0x10 + queue:x}"
 
 
 def _bridge(node: Any, name: str, ports: list[Any], address: str) -> str:

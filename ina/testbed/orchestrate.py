@@ -16,19 +16,21 @@ import signal
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ina.testbed import results
+from ina.testbed import clock, results
 from ina.testbed.network import Network, TestbedUnavailable, why_not
 from ina.testbed.processes import ProcessFailed, Processes, Service, base_environment, ina_command
-from ina.testbed.spec import Fault, Job, Run
+from ina.testbed.spec import Fault, Job, Link, Run, static_window
 
 SWITCH_PORT, SWITCH_CONTROL_PORT = 47100, 47180
 PS_PORT, PS_CONTROL_PORT = 47101, 47181
 MASTER_PORT = 29500
 PROGRESS_EVERY = 5.0
+START_MARGIN = 0.5
+"""Seconds between writing a phase's start time and that time: every rank sees the file before it."""
 METRICS_EVERY = 0.25
 """Seconds between two scrapes of the services' /metrics."""
 
@@ -50,8 +52,9 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
     outcomes: list[dict[str, Any]] = []
     counters: dict[str, Any] = {}
     created: dict[str, Any] = {}
-    say(f"ina testbed: run {run.name!r}: {run.worker_hosts} worker hosts, links {run.link.bw:g} Mbit/s, "
-        f"{run.link.delay:g} ms, {run.link.loss:g}% loss; {run.switch.target} switch; results in {out}")  # fmt: skip
+    ps_link = "" if run.ps_link is None else f" (the PS's: {_shape(run.ps_link)})"
+    say(f"ina testbed: run {run.name!r}: {run.worker_hosts} worker hosts, links {_shape(run.link)}{ps_link}; "
+        f"{run.switch.target} switch; results in {out}")  # fmt: skip
     network = Network(run)
     processes = Processes(on_start=lambda: _record(out, created, processes))
     try:
@@ -60,6 +63,7 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
         _record(out, created, processes)  # now and at each start, in case this process is killed outright
         for policy in rounds:
             folder = out / policy
+            network.prioritize(policy == "esa" and run.switch.priority_queues)
             services = _Services(run, network, processes, folder, policy, deadline) if aggregated else None
             recorder = _record_metrics(run, network, processes, folder) if aggregated else None
             for phase, jobs in enumerate(run.phases):
@@ -85,6 +89,10 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
     for line in results.table(summary):
         say(line)
     return summary
+
+
+def _shape(link: Link) -> str:
+    return f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss"
 
 
 def _record(out: Path, created: dict[str, Any], processes: Processes) -> None:
@@ -114,7 +122,7 @@ class _Services:
 
     def __init__(self, run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> None:
         self.processes, self.folder, self.deadline = processes, folder, deadline
-        self.env = base_environment(run.link.loss > 0)
+        self.env = base_environment(run.lossy)
         switch_spec = run.switch
         ps = ["ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}", "--words", str(switch_spec.words)]
         switch = ["switch", "--listen", f"{network.switch_ip}:{SWITCH_PORT}", "--control", f"{network.control_ip}:{SWITCH_CONTROL_PORT}",
@@ -187,22 +195,28 @@ def _record_metrics(run: Run, network: Network, processes: Processes, folder: Pa
 
 def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, policy: str, jobs: list[Job],
                deadline: float, say: Callable[[str], None]) -> list[dict[str, Any]]:  # fmt: skip
-    """Launch every job of the phase at once; wait for all; their outcomes (JCT: launch to the last rank's exit)."""
+    """Launch every job of the phase at once; once all are set up, start the phase's clock (each job begins training
+    its `start` seconds later); wait for all. Their outcomes: JCT from the job's start to its end of training."""
     launched = {}
+    go = folder / f"go.{jobs[0].phase}"
     for job in jobs:
+        port = MASTER_PORT + run.jobs.index(job)
         job_dir = folder / job.name
         job_dir.mkdir(parents=True, exist_ok=True)
+        if policy == "static" and job.uses_aggregators and job.transport == "switch":
+            job = replace(job, window=static_window(job, run))  # a partition of its own: the pool's share
         spec_file = job_dir / "job.json"
         spec_file.write_text(json.dumps(asdict(job)))
         ranks = []
         for rank, host in enumerate(job.hosts):
             endpoint = network.workers[host]
-            env = base_environment(run.link.loss > 0)
+            env = base_environment(run.lossy)
             on_host = [r for r, h in enumerate(job.hosts) if h == host]  # several ranks on a host: one multi-GPU node
             env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK=str(on_host.index(rank)),
                        LOCAL_WORLD_SIZE=str(len(on_host)), INA_NODE=f"host{host}",
-                       MASTER_ADDR=network.workers[job.hosts[0]].ip, MASTER_PORT=str(MASTER_PORT + run.jobs.index(job)),
+                       MASTER_ADDR=network.workers[job.hosts[0]].ip, MASTER_PORT=str(port),
                        GLOO_SOCKET_IFNAME=endpoint.interface, INA_BIND=endpoint.ip)  # fmt: skip
+            env[clock.GO_FILE] = str(go)
             if job.uses_aggregators:
                 env.update(INA_PS=f"{network.ps.ip}:{PS_PORT}", INA_PS_CONTROL=f"{network.ps.ip}:{PS_CONTROL_PORT}")
             if job.uses_aggregators and job.transport == "switch":
@@ -210,16 +224,17 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
             command = [*ina_command()[:2], "ina.testbed.worker", str(spec_file), str(job_dir)]
             ranks.append(processes.start(f"{job.name} rank {rank}", endpoint.node, command, job_dir / f"rank{rank}.log", env))
         launched[job.name] = (job, time.monotonic(), ranks)
+    _start_clock(go, [(folder / job.name, job.workers) for job, _, _ in launched.values()], launched, policy, deadline)
     outcomes, running, shown = [], dict(launched), time.monotonic()
     while running:
-        for name, (job, began, ranks) in list(running.items()):
+        for name, (job, _, ranks) in list(running.items()):
             codes = [p.poll() for p in ranks]
             for rank, (process, code) in enumerate(zip(ranks, codes)):
                 if code not in (None, 0):
                     raise ProcessFailed(f"[{policy}] job {name!r}: rank {rank} exited with status {code}; "
                                         f"its log ({process.log}) ends:\n{process.tail()}")  # fmt: skip
             if all(code == 0 for code in codes):
-                jct = max(p.ended for p in ranks) - began
+                jct = json.loads((folder / name / "summary.json").read_text())["train_time"]
                 del running[name]
                 say(f"ina testbed: [{policy}] {name} done: JCT {jct:.1f} s")
                 outcomes.append({"policy": policy, "job": name, "jct": jct, "dir": str(folder / name)})
@@ -232,3 +247,21 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
                 say(f"ina testbed: [{policy}] {name}: {results.progress(folder / name, job)} ({time.monotonic() - began:.0f} s)")
         time.sleep(0.2)
     return outcomes
+
+
+def _start_clock(go: Path, jobs: list[tuple[Path, int]], launched: dict[str, Any], policy: str, deadline: float) -> None:
+    """Once every rank of the phase is set up (its ready file), write the phase's start time (the shared
+    monotonic clock) to `go`: each job begins training its `start` seconds after it, so that start-up
+    (processes, imports, rendezvous) stays out of the jobs' completion times."""
+    while not all((job_dir / clock.ready_file(rank)).exists() for job_dir, workers in jobs for rank in range(workers)):
+        for name, (_, _, ranks) in launched.items():
+            for rank, process in enumerate(ranks):
+                if process.poll() is not None:
+                    raise ProcessFailed(f"[{policy}] job {name!r}: rank {rank} exited with status {process.poll()} before "
+                                        f"training; its log ({process.log}) ends:\n{process.tail()}")  # fmt: skip
+        if time.monotonic() > deadline:
+            raise RunTimeout("the run's timeout passed while its jobs were starting; raise 'timeout' in the run file")
+        time.sleep(0.1)
+    partial = go.with_suffix(".part")
+    partial.write_text(repr(time.monotonic() + START_MARGIN))
+    partial.rename(go)

@@ -20,7 +20,8 @@ HOOKS = ("fp32", "fp16", "powersgd", "thc")
 """fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; thc: ina's hook."""
 TRANSPORTS = ("collective", "switch", "ps")
 TARGETS = ("software", "bmv2")
-POLICIES = ("esa", "atp")
+POLICIES = ("esa", "atp", "static")
+"""static: SwitchML's fixed partitions; a job's window is cut to its share of the pool (`static_window`)."""
 DATASETS = ("digits",)
 MAX_HOSTS = 200
 
@@ -37,6 +38,10 @@ class Link:
     delay: float = 0.0  # ms, one way (needs the kernel's sch_netem)
     loss: float = 0.0  # percent of packets dropped, each direction
 
+    @property
+    def lossy(self) -> bool:
+        return self.loss > 0
+
 
 @dataclass(frozen=True)
 class Switch:
@@ -45,6 +50,7 @@ class Switch:
     words: int = 64
     policies: tuple[str, ...] = ("esa",)  # the jobs run once per policy, the switch and PS restarted
     slot_timeout: float = 1.0
+    priority_queues: bool = True  # under esa, the switch's ports serve packets by priority (docs/protocol.md, "Egress queues")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class Job:
     # silent too) the job to the collective; None: the default
     failback: float = 30.0  # switch/ps transport: seconds after a failover or fallback before trying the aggregators again
     phase: int = 0  # jobs of one phase run at once; phases run in increasing order
+    start: float = 0.0  # seconds after its phase begins (every job of the phase set up) that the job begins training
+    compute: float = 0.0  # seconds of emulated accelerator compute per step (a sleep: it takes no CPU)
     eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
     seed: int = 0
 
@@ -100,9 +108,18 @@ class Run:
     jobs: tuple[Job, ...]
     worker_hosts: int = 4
     link: Link = field(default_factory=Link)
+    ps_link: Optional[Link] = None  # the PS host's link (one server NIC that every job's PS traffic shares); None: `link`
     switch: Switch = field(default_factory=Switch)
     timeout: float = 900.0  # seconds for the whole run; then everything is stopped
     faults: tuple[Fault, ...] = ()
+
+    @property
+    def ps_host_link(self) -> Link:
+        return self.ps_link or self.link
+
+    @property
+    def lossy(self) -> bool:
+        return self.link.lossy or self.ps_host_link.lossy
 
     @property
     def phases(self) -> list[list[Job]]:
@@ -141,13 +158,9 @@ def parse(document: Any, default_name: str = "run") -> Run:
     name = top.take("name", str, default_name, check=_identifier)
     topology = _Fields(top.take("topology", dict, {}), "topology")
     worker_hosts = topology.take("workers", int, 0, check=_between(0, MAX_HOSTS))
-    link_fields = _Fields(topology.take("link", dict, {}), "topology.link")
-    link = Link(
-        bw=link_fields.take("bw", float, Link.bw, check=_between(0, 100_000)),
-        delay=link_fields.take("delay", float, Link.delay, check=_between(0, 10_000)),
-        loss=link_fields.take("loss", float, Link.loss, check=_between(0, 50)),
-    )
-    link_fields.done()
+    link = _link(_Fields(topology.take("link", dict, {}), "topology.link"), Link())
+    given_ps_link = topology.take("ps_link", dict, None)
+    ps_link = _link(_Fields(given_ps_link, "topology.ps_link"), link) if given_ps_link is not None else None
     topology.done()
     switch = _switch(_Fields(top.take("switch", dict, {}), "switch"))
     timeout = top.take("timeout", float, Run.timeout, check=_between(1, 86_400))
@@ -172,7 +185,27 @@ def parse(document: Any, default_name: str = "run") -> Run:
             raise SpecError(f"job {job.name!r}: window {job.window} exceeds the switch's pool of {switch.pool} slots")
     if faults and not any(j.uses_aggregators for j in jobs):
         raise SpecError("faults: stop and start the switch or the PS, which only jobs with the switch or ps transport use")
-    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, switch=switch, timeout=timeout, faults=faults)
+    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, ps_link=ps_link, switch=switch, timeout=timeout,
+               faults=faults)  # fmt: skip
+
+
+def _link(fields: _Fields, default: Link) -> Link:
+    """A link's fields; what is not given is `default`'s (the PS's link starts from every host's)."""
+    link = Link(
+        bw=fields.take("bw", float, default.bw, check=_between(0, 100_000)),
+        delay=fields.take("delay", float, default.delay, check=_between(0, 10_000)),
+        loss=fields.take("loss", float, default.loss, check=_between(0, 50)),
+    )
+    fields.done()
+    return link
+
+
+def static_window(job: Job, run: Run) -> Optional[int]:
+    """The job's window under the `static` policy: at most its share of the pool among the switch jobs of its
+    phase (a power of two, as the switch's partitions are), so that every one of them gets a partition."""
+    sharing = sum(1 for j in run.jobs if j.phase == job.phase and j.uses_aggregators and j.transport == "switch")
+    share = 1 << max((run.switch.pool // max(sharing, 1)).bit_length() - 1, 0)
+    return min(job.window or share, share)
 
 
 def _faults(items: list[Any]) -> tuple[Fault, ...]:
@@ -203,8 +236,9 @@ def _switch(fields: _Fields) -> Switch:
     if not policies or len(set(policies)) != len(policies) or any(p not in POLICIES for p in policies):
         raise SpecError(f"switch.policy: {policy!r}: give one of {list(POLICIES)} or a list of distinct ones")
     slot_timeout = fields.take("slot_timeout", float, Switch.slot_timeout, check=_between(0.001, 60))
+    priority_queues = fields.take("priority_queues", bool, Switch.priority_queues)
     fields.done()
-    return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout)
+    return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout, priority_queues=priority_queues)
 
 
 def _job(fields: _Fields, index: int) -> Job:
@@ -239,6 +273,8 @@ def _job(fields: _Fields, index: int) -> Job:
         failback=fields.take("failback", float, Job.failback, check=_between(0, 86_400)),
         hierarchy=fields.take("hierarchy", str, Job.hierarchy, check=_one_of(("auto", "node", "flat"))),
         phase=fields.take("phase", int, Job.phase, check=_between(0, 1000)),
+        start=fields.take("start", float, Job.start, check=_between(0, 86_400)),
+        compute=fields.take("compute", float, Job.compute, check=_between(0, 3600)),
         eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
         seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
     )  # fmt: skip
@@ -279,8 +315,9 @@ class _Fields:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            names = " or ".join({str: "text", int: "an integer", float: "a number", list: "a list", dict: "a mapping"}[k] for k in kinds)
+        if isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds):
+            names = " or ".join({str: "text", int: "an integer", float: "a number", list: "a list", dict: "a mapping",
+                                 bool: "true or false"}[k] for k in kinds)  # fmt: skip
             raise SpecError(f"{self.where}.{key}: expected {names}, got {value!r}")
         problem = check(value) if check else None
         if problem:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ina.demo_training import Digits, batches_of, mlp
+from ina.testbed import clock
 from ina.testbed.spec import Job, job_from_json
 
 TIMEOUT = timedelta(seconds=600)
@@ -94,11 +95,12 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
     share = job.batch // workers
     accuracy = None
     log = (out / f"rank{rank}.jsonl").open("w")
-    began = time.monotonic()
+    began = clock.wait_for_start(out, rank, job.start, TIMEOUT.total_seconds())
     sent, received = interface_bytes(interface)
     handed = state.bytes_sent if state is not None else 0
     for step in range(job.steps):
         start = time.monotonic()
+        time.sleep(job.compute)  # an accelerator's forward and backward: time, no CPU
         batch = next(batches)[rank * share : (rank + 1) * share]
         loss = torch.nn.functional.cross_entropy(ddp(data.x_train[batch]), data.y_train[batch])
         optimizer.zero_grad()

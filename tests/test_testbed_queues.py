@@ -1,0 +1,84 @@
+"""The testbed's egress queues (docs/protocol.md, "Egress queues"): on a shaped link, an ina packet of a higher
+priority leaves before a backlog of lower ones, and with the queues taken away the link is one FIFO again.
+Two network namespaces joined by a veth pair, shaped as Mininet's TCLink shapes it; needs root, ip and tc."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from ina.testbed.network import fifo_commands, priority_queue_commands
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"),
+                                reason="needs root, ip and tc (network namespaces and a shaped veth)")  # fmt: skip
+
+LOW, HIGH = 100, 10
+RECEIVE = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.9.0.2", 47101))
+s.settimeout(3.0)
+print("ready", flush=True)
+order = []
+try:
+    while len(order) < int(sys.argv[1]):
+        order.append(s.recv(2048)[7])
+except socket.timeout:
+    pass
+print(" ".join(map(str, order)), flush=True)
+"""
+SEND = """
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for priority in [0] * %d + [60] * %d:
+    s.sendto(bytes([0xA7, 1, 1, 0, 0, 1, 0, priority]) + bytes(392), ("10.9.0.2", 47101))
+""" % (LOW, HIGH)
+
+
+@pytest.fixture
+def link():
+    """Namespaces `a` (10.9.0.1, the shaped end) and `b` (10.9.0.2); yields a function running a shell line in `a`."""
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"inaqa{tag}", f"inaqb{tag}"
+
+    def run(namespace: str, line: str) -> str:
+        return subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", line], check=True, capture_output=True, text=True).stdout
+
+    try:
+        for name in (a, b):
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        run(a, f"ip link add qa{tag} type veth peer name qb{tag} netns {b} && ip addr add 10.9.0.1/24 dev qa{tag} && ip link set qa{tag} up")
+        run(b, f"ip addr add 10.9.0.2/24 dev qb{tag} && ip link set qb{tag} up")
+        run(a, f"tc qdisc add dev qa{tag} root handle 5:0 htb default 1 && tc class add dev qa{tag} parent 5:0 classid 5:1 htb rate 1mbit burst 15k")
+        yield lambda line: run(a, line.replace("DEV", f"qa{tag}")), (a, b)
+    finally:
+        for name in (a, b):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def arrival_order(namespaces: tuple[str, str]) -> list[int]:
+    """The priorities of the datagrams in the order they arrive: LOW of 0 sent first, then HIGH of 60."""
+    a, b = namespaces
+    receiver = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", RECEIVE, str(LOW + HIGH)], stdout=subprocess.PIPE, text=True)
+    assert receiver.stdout.readline().strip() == "ready"
+    subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", SEND], check=True)
+    order = [int(p) for p in receiver.communicate(timeout=30)[0].split()]
+    assert len(order) == LOW + HIGH, f"the link lost datagrams: {len(order)} of {LOW + HIGH} arrived"
+    return order
+
+
+def test_a_higher_priority_leaves_before_a_backlog_and_without_the_queues_waits_behind_it(link):
+    shell, namespaces = link
+    shell(priority_queue_commands("DEV", 1))
+    order = arrival_order(namespaces)
+    last_high = max(i for i, p in enumerate(order) if p == 60)
+    assert last_high < LOW // 2, f"the high-priority datagrams waited behind the backlog: arrival order {order}"
+    shell(fifo_commands("DEV"))
+    assert "5:10" not in shell("tc class show dev DEV")
+    order = arrival_order(namespaces)
+    assert order == [0] * LOW + [60] * HIGH, f"one FIFO again keeps the sending order: {order}"
