@@ -56,7 +56,7 @@ def sums(options: dict) -> dict:
         rto = job.get("rto", 0.05)
         engines = [UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=n, words=deployment.words,
                                           window=job["window"], destination=deployment.switch, sources=sources,
-                                          pool=deployment.pool, slot_base=registration.slot_base, min_rto=min(rto, 0.02),
+                                          pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, min_rto=min(rto, 0.02),
                                           initial_rto=rto, max_rto=max(rto, 0.5), peer_timeout=60.0, pad=not deployment.short_chunks),
                              sock, FixedPriority(job["priority"])) for rank, sock in enumerate(sockets)]  # fmt: skip
         values = rng.integers(0, 256 // n, size=(job["reductions"], n, job["coordinates"]), dtype=np.uint32)

@@ -4,6 +4,7 @@ the `path` fixture that runs a switch test on both cores (the Python reference a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -121,3 +122,11 @@ class Rig:
     def slot_state(self, job: int, seq: int) -> dict:
         """The registers of chunk (job, seq)'s slot, keys as {job, seq, max} or None."""
         return self.core.slots.describe(self.slot(job, seq))
+
+
+def register_vector_jobs(target: Any, vector: dict) -> None:
+    """Register a vector's jobs with a switch (software or P4), each placed where the vector says: the same
+    slot_base, and the same span (the whole pool where the vector gives none)."""
+    for job in vector["jobs"]:
+        answer = target.register(JobSpec.from_json({k: v for k, v in job.items() if k not in ("slot_base", "span")}))
+        assert (answer["slot_base"], answer["span"]) == (job["slot_base"], job.get("span", vector["config"]["pool"]))

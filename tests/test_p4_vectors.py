@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from bmv2_support import VethPair, Wire, frame, interface_mac, needs_bmv2, udp_of
+from switch_support import register_vector_jobs
 
-from ina.control import JobSpec
 from ina.switch import SwitchConfig
 
 pytestmark = needs_bmv2
@@ -100,9 +100,7 @@ def test_bmv2_replays_a_vector_exactly(path, port, switch_for):
     switch = switch_for(SwitchConfig(**config))
     _, wire = port
     host_mac = interface_mac(port[0].host_side)
-    for job in vector["jobs"]:
-        spec = JobSpec.from_json({k: v for k, v in job.items() if k != "slot_base"})
-        assert switch.register(spec)["slot_base"] == job["slot_base"]
+    register_vector_jobs(switch, vector)
     received = 0
     for number, step in enumerate(vector["steps"]):
         if step.get("tick"):

@@ -26,10 +26,17 @@ def test_partitions_are_disjoint_aligned_powers_of_two_and_a_full_pool_says_what
     assert [e.to_json()["span"] for e in table.entries.values()] == [8, 4, 1, 2]
 
 
-def test_shared_pools_keep_their_registration_as_before():
-    table = Jobs(16, "atp")
-    entry = table.add(spec(1, window=5))
-    assert (entry.span, entry.slots) == (None, 5) and "span" not in entry.to_json()
+@pytest.mark.parametrize("policy", ["esa", "atp"])
+def test_a_shared_pool_gives_a_window_a_partition_while_one_is_free_and_else_the_whole_pool(policy):
+    table = Jobs(16, policy)
+    placed = [(e.slot_base, e.span, e.slots) for e in (table.add(spec(job, window=w)) for job, w in [(1, 5), (2, 4), (3, 3)])]
+    assert placed == [(0, 8, 5), (8, 4, 4), (12, 4, 3)]  # windows that fit beside each other never meet
+    crowded = table.add(spec(4, window=4))  # no free partition: it slides over the whole pool, where it overlaps least
+    assert crowded.span is None and "span" not in crowded.to_json() and crowded.slots == 4
+    table.remove(1)
+    assert table.add(spec(5, window=2)).span is None  # a job over the whole pool leaves no partition free
+    whole = Jobs(16, policy).add(spec(1, window=16))
+    assert (whole.slot_base, whole.span) == (0, None)
 
 
 def test_a_static_job_cycles_through_its_own_partition_and_slot_checks_use_its_span(path):

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from switch_support import path  # noqa: F401 (the fixture replaying each vector on both cores)
+from switch_support import path, register_vector_jobs  # noqa: F401 (path: the fixture replaying each vector on both cores)
 
-from ina.control import JobSpec
 from ina.net.node import Datagram
 from ina.switch import SwitchConfig
 from ina.switch.native import switch_core
@@ -33,9 +32,7 @@ def test_the_vectors_cover_every_scenario_the_spec_names():
 def test_replaying_a_vector_gives_exactly_its_output_packets_counters_and_slots(vector_file, path):
     vector = json.loads(vector_file.read_text())
     core = switch_core(SwitchConfig(**vector["config"]), path)
-    for job in vector["jobs"]:
-        spec = JobSpec.from_json({k: v for k, v in job.items() if k != "slot_base"})
-        assert core.register(spec)["slot_base"] == job["slot_base"]
+    register_vector_jobs(core, vector)
     for number, step in enumerate(vector["steps"]):
         if step.get("tick"):
             out = core.tick(step["time"])

@@ -129,7 +129,8 @@ def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int
     engines = [
         UdpEngine(EngineConfig(job=registration.job, rank=rank, workers=workers, words=WORDS, window=4,
                                destination=deployment.destination, sources=sources, pool=deployment.pool,
-                               slot_base=registration.slot_base, ps_only=not with_switch, pad=pad, **timing), sock)  # fmt: skip
+                               slot_base=registration.slot_base, span=registration.span, ps_only=not with_switch, pad=pad,
+                               **timing), sock)  # fmt: skip
         for rank, sock in enumerate(sockets)
     ]
     try:

@@ -133,12 +133,15 @@ class Jobs:
         spec = grant(spec, who)
         _check_registration(spec, self.pool, self.entries)
         restored = placement()
+        partition = 1 << (spec.window - 1).bit_length()
         if self.policy == "static":
-            span = 1 << (spec.window - 1).bit_length()
-            slot_base, slots = self._choose_partition(spec.job, span, restored), span
+            slot_base, span, slots = self._choose_partition(spec.job, partition, restored), partition, partition
+        elif restored is not None:
+            slot_base, span, slots = self._restored_base(spec.job, restored), restored[1], spec.window
+        elif (free := self._free_partition(partition)) is not None:  # a window that fits beside the others meets none
+            slot_base, span, slots = free, (partition if partition < self.pool else None), spec.window
         else:
-            span, slots = None, spec.window
-            slot_base = self._choose_slot_base(spec.window) if restored is None else self._restored_base(spec.job, restored)
+            slot_base, span, slots = self._choose_slot_base(spec.window), None, spec.window
         check_quota(who, spec.job, slots, sum(e.slots for e in self.entries.values() if e.owner == who.name) if who.name else 0)
         entry = JobEntry(spec, slot_base, span, slots, who.name)
         self.entries[spec.job] = entry
@@ -160,29 +163,44 @@ class Jobs:
         self._rebuild()
 
     def _restored_base(self, job: int, restored: tuple[int, int | None]) -> int:
-        """The slot_base a job held before a restart (docs/protocol.md, section 7), if this pool has it."""
+        """The slot_base a shared-pool job held before a restart (docs/protocol.md, section 7), if this pool has it:
+        the same base, and its partition where it had one, still free."""
         slot_base, span = restored
-        if not 0 <= slot_base < self.pool or span is not None:
+        if not 0 <= slot_base < self.pool or (span is not None and (span >= self.pool or slot_base % span or
+                                                                    self._held()[slot_base : slot_base + span].any())):  # fmt: skip
             raise ValueError(f"job {job} held slot_base {slot_base} (span {span}), which this pool of {self.pool} "
                              f"slots under {self.policy!r} cannot give back")  # fmt: skip
         return slot_base
 
-    def _choose_partition(self, job: int, span: int, restored: tuple[int, int | None] | None = None) -> int:
-        """The lowest multiple of `span` whose `span` slots no registered job holds (static policy), or
-        the partition a restored job held, if it is still one and free."""
+    def _held(self) -> np.ndarray:
+        """Which slots registered jobs may use (a shared-pool job without a partition: every one)."""
         held = np.zeros(self.pool, dtype=bool)
         for entry in self.entries.values():
             held[entry.slot_base : entry.slot_base + (entry.span or self.pool)] = True
-        blocks = held.reshape(-1, span).any(axis=1) if span <= self.pool else np.ones(1, dtype=bool)
+            if entry.span is None:
+                held[:] = True  # its window slides over the whole pool
+        return held
+
+    def _free_partition(self, span: int) -> int | None:
+        """The lowest multiple of `span` whose `span` slots no registered job may use, if any."""
+        if span > self.pool:
+            return None
+        free = np.flatnonzero(~self._held().reshape(-1, span).any(axis=1))
+        return int(free[0]) * span if free.size else None
+
+    def _choose_partition(self, job: int, span: int, restored: tuple[int, int | None] | None = None) -> int:
+        """The lowest free partition of `span` slots (static policy), or the partition a restored job held,
+        if it is still one and free."""
+        held = self._held()
         if restored is not None:
             slot_base, held_span = restored
-            if held_span != span or slot_base % span or not 0 <= slot_base < self.pool or blocks[slot_base // span]:
+            if held_span != span or slot_base % span or not 0 <= slot_base < self.pool or held[slot_base : slot_base + span].any():
                 raise ValueError(f"job {job} held the partition of {held_span} slots at {slot_base}, which this static "
                                  f"pool of {self.pool} slots cannot give back")  # fmt: skip
             return slot_base
-        free = np.flatnonzero(~blocks)
-        if free.size:
-            return int(free[0]) * span
+        free = self._free_partition(span)
+        if free is not None:
+            return free
         sizes = (1 << k for k in range(self.pool.bit_length() - 1, -1, -1))
         largest = next((size for size in sizes if (~held.reshape(-1, size)).all(axis=1).any()), 0)
         advice = f"register a window of at most {largest}, or deregister a job" if largest else "deregister a job first"

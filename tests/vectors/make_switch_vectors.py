@@ -163,7 +163,7 @@ def single_worker(r: Recorder) -> None:
 
 def slot_reuse(r: Recorder) -> None:
     r.job(1, workers=2, window=2)
-    r.job(2, workers=2, window=2)  # pool 8: job 2 starts at slot 2
+    r.job(2, workers=2, window=8)  # pool 8: job 1 holds a partition of 2, so job 2 slides over the whole pool (from slot 0)
     norm = int(np.float32(1.5).view(np.uint32))
     r.send(r.rig.data(1, 0, 0, [norm, 0, 0, 0], op_max=True), "a MAX chunk claims slot 0")
     r.send(r.rig.data(1, 1, 0, [norm, 0, 0, 0], op_max=True), "and completes: the slot is free")
@@ -173,7 +173,7 @@ def slot_reuse(r: Recorder) -> None:
     r.send(r.rig.data(1, 1, 16, [7, 7, 7, 7]), "the job's next chunk there replaces it as stale: PARTIAL to the PS")
     r.send(r.rig.data(1, 0, 0, [norm, 0, 0, 0], op_max=True), "a duplicate of an older chunk: straggler")
     r.send(r.rig.data(1, 0, 16, [1, 1, 1, 1]), "chunk 16 completes")
-    r.send(r.rig.data(2, 0, 6, [3, 3, 3, 3]), "another job's chunk takes the slot its last chunk left free")
+    r.send(r.rig.data(2, 0, 8, [3, 3, 3, 3]), "another job's chunk takes the slot its last chunk left free")
     r.send(r.rig.data(1, 0, 9, [1, 1, 1, 1], resend=True), "a RESEND of a chunk not in its free slot: forwarded")
 
 
