@@ -131,17 +131,17 @@ def test_a_slow_rank_is_named_by_the_api_and_by_ina_top(capsys):
         options = {name: aggregators.options(name) for name in ("switch", "ps")}
         thread, out = _in_background(run_workers, _train, 3, options, "switch", 80, 2, 0.15, timeout=180)
         # Ranks 0 and 1 wait for rank 2 at the switch, or at the PS once their resends flushed the slot there.
-        clients = [ControlClient(*server.control_address) for server in (aggregators.switch, aggregators.ps)]
+        clients = {role: ControlClient(*server.control_address) for role, server in (("switch", aggregators.switch), ("ps", aggregators.ps))}
         named, since = None, None  # waits counted from the first measured on: a loaded machine starts ranks unevenly
         deadline = time.monotonic() + 60
         while named is None and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.5)
-            details = [client.job(job["job"]) for client in clients for job in client.jobs()]
-            waits = np.sum([[rank["wait_seconds"] for rank in d["ranks"]] for d in details], axis=0) if details else np.zeros(3)
+            details = [(role, client.job(job["job"])) for role, client in clients.items() for job in client.jobs()]
+            waits = np.sum([[rank["wait_seconds"] for rank in d["ranks"]] for _, d in details], axis=0) if details else np.zeros(3)
             if since is None and waits.sum() > 0.2:
                 since = waits
             elif since is not None and (waits - since).sum() > 2.0:  # many slow steps measured
-                named, waits = max(details, key=lambda d: d["ranks"][2]["waited_on"]), waits - since
+                (role, named), waits = max(details, key=lambda d: d[1]["ranks"][2]["waited_on"]), waits - since
         assert named is not None, "neither the switch nor the PS measured a slow rank"
         assert named["slowest_rank"] == 2, named
         assert waits[2] > 3 * max(waits[0], waits[1]), (waits, named)
@@ -149,7 +149,9 @@ def test_a_slow_rank_is_named_by_the_api_and_by_ina_top(capsys):
         assert main(["top", "--switch", switch_address, "--ps", ps_address, "--iterations", "2", "--interval", "0.5"]) == 0
         screen = capsys.readouterr().out
         row = next(line for line in screen.splitlines() if f"{named['job']} " in line and "rank" in line)
-        assert "rank 2 (" in row and "rank 0 (" not in row and "rank 1 (" not in row, screen
+        # Where the job waits on rank 2 most, ina top names it; the other service may, for the moment, have
+        # waited last on another rank (its recent measure: after rank 2's resends, ranks 0 and 1 go there too).
+        assert f"rank 2 ({role})" in row, screen
         thread.join()
         assert out, "the training run failed"
 
