@@ -14,12 +14,7 @@ MAX_INDEX_BITS = 8
 PRIORITY_OFFSET = 7
 """The header byte that holds a packet's priority."""
 EGRESS_QUEUES = 8
-"""Strict-priority egress queues of a switch under esa (section 5, "Egress queues")."""
-
-
-def egress_queue(priority: int) -> int:
-    """The egress queue of a packet with this header priority: 8 levels a queue, 56 and up in the top one (7)."""
-    return min(priority >> 3, EGRESS_QUEUES - 1)
+"""Strict-priority egress queues of a switch under esa (section 5, "Egress queues"): queue min(priority >> 3, 7)."""
 
 
 class Kind(IntEnum):

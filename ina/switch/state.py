@@ -166,8 +166,7 @@ class Jobs:
         """The slot_base a shared-pool job held before a restart (docs/protocol.md, section 7), if this pool has it:
         the same base, and its partition where it had one, still free."""
         slot_base, span = restored
-        if not 0 <= slot_base < self.pool or (span is not None and (span >= self.pool or slot_base % span or
-                                                                    self._held()[slot_base : slot_base + span].any())):  # fmt: skip
+        if not 0 <= slot_base < self.pool or (span is not None and (span >= self.pool or not self._is_free(slot_base, span))):
             raise ValueError(f"job {job} held slot_base {slot_base} (span {span}), which this pool of {self.pool} "
                              f"slots under {self.policy!r} cannot give back")  # fmt: skip
         return slot_base
@@ -176,10 +175,16 @@ class Jobs:
         """Which slots registered jobs may use (a shared-pool job without a partition: every one)."""
         held = np.zeros(self.pool, dtype=bool)
         for entry in self.entries.values():
-            held[entry.slot_base : entry.slot_base + (entry.span or self.pool)] = True
-            if entry.span is None:
-                held[:] = True  # its window slides over the whole pool
+            if entry.span is None:  # its window slides over the whole pool
+                held[:] = True
+            else:
+                held[entry.slot_base : entry.slot_base + entry.span] = True
         return held
+
+    def _is_free(self, slot_base: int, span: int, held: np.ndarray | None = None) -> bool:
+        """Whether `[slot_base, slot_base + span)` is a partition (aligned, in the pool) that no registered job may use."""
+        held = self._held() if held is None else held
+        return 0 <= slot_base < self.pool and slot_base % span == 0 and not held[slot_base : slot_base + span].any()
 
     def _free_partition(self, span: int) -> int | None:
         """The lowest multiple of `span` whose `span` slots no registered job may use, if any."""
@@ -194,7 +199,7 @@ class Jobs:
         held = self._held()
         if restored is not None:
             slot_base, held_span = restored
-            if held_span != span or slot_base % span or not 0 <= slot_base < self.pool or held[slot_base : slot_base + span].any():
+            if held_span != span or not self._is_free(slot_base, span, held):
                 raise ValueError(f"job {job} held the partition of {held_span} slots at {slot_base}, which this static "
                                  f"pool of {self.pool} slots cannot give back")  # fmt: skip
             return slot_base

@@ -48,7 +48,7 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
     (out / "run.json").write_text(run.to_json())
     deadline = time.monotonic() + run.timeout
     aggregated = any(j.uses_aggregators for j in run.jobs)
-    rounds = run.switch.policies if any(j.transport == "switch" and j.hook == "thc" for j in run.jobs) else run.switch.policies[:1]
+    rounds = run.switch.policies if any(j.uses_switch for j in run.jobs) else run.switch.policies[:1]
     outcomes: list[dict[str, Any]] = []
     counters: dict[str, Any] = {}
     created: dict[str, Any] = {}
@@ -203,7 +203,7 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
         port = MASTER_PORT + run.jobs.index(job)
         job_dir = folder / job.name
         job_dir.mkdir(parents=True, exist_ok=True)
-        if policy == "static" and job.uses_aggregators and job.transport == "switch":
+        if policy == "static" and job.uses_switch:
             job = replace(job, window=static_window(job, run))  # a partition of its own: the pool's share
         spec_file = job_dir / "job.json"
         spec_file.write_text(json.dumps(asdict(job)))
@@ -219,20 +219,19 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
             env[clock.GO_FILE] = str(go)
             if job.uses_aggregators:
                 env.update(INA_PS=f"{network.ps.ip}:{PS_PORT}", INA_PS_CONTROL=f"{network.ps.ip}:{PS_CONTROL_PORT}")
-            if job.uses_aggregators and job.transport == "switch":
+            if job.uses_switch:
                 env.update(INA_SWITCH=f"{network.switch_ip}:{SWITCH_PORT}", INA_SWITCH_CONTROL=f"{network.control_ip}:{SWITCH_CONTROL_PORT}")
             command = [*ina_command()[:2], "ina.testbed.worker", str(spec_file), str(job_dir)]
             ranks.append(processes.start(f"{job.name} rank {rank}", endpoint.node, command, job_dir / f"rank{rank}.log", env))
         launched[job.name] = (job, time.monotonic(), ranks)
-    _start_clock(go, [(folder / job.name, job.workers) for job, _, _ in launched.values()], launched, policy, deadline)
+    _start_clock(go, folder, launched, policy, deadline)
     outcomes, running, shown = [], dict(launched), time.monotonic()
     while running:
         for name, (job, _, ranks) in list(running.items()):
             codes = [p.poll() for p in ranks]
             for rank, (process, code) in enumerate(zip(ranks, codes)):
                 if code not in (None, 0):
-                    raise ProcessFailed(f"[{policy}] job {name!r}: rank {rank} exited with status {code}; "
-                                        f"its log ({process.log}) ends:\n{process.tail()}")  # fmt: skip
+                    raise _rank_failed(policy, name, rank, process, code)
             if all(code == 0 for code in codes):
                 jct = json.loads((folder / name / "summary.json").read_text())["train_time"]
                 del running[name]
@@ -249,16 +248,20 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
     return outcomes
 
 
-def _start_clock(go: Path, jobs: list[tuple[Path, int]], launched: dict[str, Any], policy: str, deadline: float) -> None:
+def _rank_failed(policy: str, name: str, rank: int, process: Any, code: int, when: str = "") -> ProcessFailed:
+    return ProcessFailed(f"[{policy}] job {name!r}: rank {rank} exited with status {code}{when}; "
+                         f"its log ({process.log}) ends:\n{process.tail()}")  # fmt: skip
+
+
+def _start_clock(go: Path, folder: Path, launched: dict[str, Any], policy: str, deadline: float) -> None:
     """Once every rank of the phase is set up (its ready file), write the phase's start time (the shared
     monotonic clock) to `go`: each job begins training its `start` seconds after it, so that start-up
     (processes, imports, rendezvous) stays out of the jobs' completion times."""
-    while not all((job_dir / clock.ready_file(rank)).exists() for job_dir, workers in jobs for rank in range(workers)):
+    while not all((folder / name / clock.ready_file(rank)).exists() for name, (job, _, _) in launched.items() for rank in range(job.workers)):
         for name, (_, _, ranks) in launched.items():
             for rank, process in enumerate(ranks):
-                if process.poll() is not None:
-                    raise ProcessFailed(f"[{policy}] job {name!r}: rank {rank} exited with status {process.poll()} before "
-                                        f"training; its log ({process.log}) ends:\n{process.tail()}")  # fmt: skip
+                if (code := process.poll()) is not None:
+                    raise _rank_failed(policy, name, rank, process, code, " before training")
         if time.monotonic() > deadline:
             raise RunTimeout("the run's timeout passed while its jobs were starting; raise 'timeout' in the run file")
         time.sleep(0.1)

@@ -92,6 +92,10 @@ class Job:
     def uses_aggregators(self) -> bool:
         return self.hook == "thc" and self.transport != "collective"
 
+    @property
+    def uses_switch(self) -> bool:
+        return self.hook == "thc" and self.transport == "switch"
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -200,10 +204,10 @@ def _link(fields: _Fields, default: Link) -> Link:
     return link
 
 
-def static_window(job: Job, run: Run) -> Optional[int]:
+def static_window(job: Job, run: Run) -> int:
     """The job's window under the `static` policy: at most its share of the pool among the switch jobs of its
     phase (a power of two, as the switch's partitions are), so that every one of them gets a partition."""
-    sharing = sum(1 for j in run.jobs if j.phase == job.phase and j.uses_aggregators and j.transport == "switch")
+    sharing = sum(1 for j in run.jobs if j.phase == job.phase and j.uses_switch)
     share = 1 << max((run.switch.pool // max(sharing, 1)).bit_length() - 1, 0)
     return min(job.window or share, share)
 
