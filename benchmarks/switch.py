@@ -67,7 +67,8 @@ def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignor
     """BMv2 on a veth pair whose other end holds the load's address: every packet crosses BMv2."""
     import subprocess
 
-    from ina.p4.controller import Route
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.entries import Route
     from ina.p4.server import P4SwitchServer
     from ina.protocol import INA_PORT
 
@@ -82,10 +83,10 @@ def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignor
         run("ethtool", "-K", host_side, "tx", "off")  # full checksums and no GSO: BMv2 forwards frames as they are
         run("ip", "neigh", "replace", BMV2_SWITCH, "lladdr", BMV2_MAC, "dev", host_side, "nud", "permanent")
         mac = open(f"/sys/class/net/{host_side}/address").read().strip()
-        with P4SwitchServer(config, (BMV2_SWITCH, INA_PORT), (LOOPBACK, 0), {1: switch_side},
+        with P4SwitchServer(config, (BMV2_SWITCH, INA_PORT), (LOOPBACK, 0), lambda: Bmv2Device.start({1: switch_side}),
                             [Route(BMV2_HOST, mac, 1)], BMV2_MAC) as server:  # fmt: skip
             server.start()
-            ready.put((server.address, server.control_address, server.bmv2.process.pid))
+            ready.put((server.address, server.control_address, server.device.bmv2.process.pid))
             stop.wait()
     finally:
         subprocess.run(["ip", "link", "del", switch_side], capture_output=True)

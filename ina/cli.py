@@ -10,7 +10,7 @@ import sys
 from typing import Optional, Sequence
 
 # One line per subcommand.
-COMMANDS = ("ina.demo", "ina.switch.cli", "ina.ps.cli", "ina.p4.cli", "ina.testbed.cli", "ina.top")
+COMMANDS = ("ina.demo", "ina.switches", "ina.ps.cli", "ina.p4.cli", "ina.testbed.cli", "ina.top")
 
 
 def build_parser() -> argparse.ArgumentParser:

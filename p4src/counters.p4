@@ -1,18 +1,18 @@
 /* The counters of docs/protocol.md, section 5: received packets, one outcome per received packet,
- * further events, and (in InaEgress) transmitted packets. Read over BMv2's Thrift API by
- * ina/p4/controller.py, which names them as the software switch does. */
+ * further events, and (in the egress) transmitted packets. The controller reads them by name
+ * (ina/p4/device.py) and names them as the software switch does. */
 #ifndef INA_COUNTERS_P4
 #define INA_COUNTERS_P4
 
-/* `arrived`: the packet's first pass (a recirculated pass counts no rx). */
-control Count(in ina_meta_t meta, in bool arrived) {
-    @name(".ina_rx") counter(1, CounterType.packets) rx;
-    @name(".ina_outcomes") counter(OUTCOMES, CounterType.packets) outcomes;
-    @name(".ina_events") counter(EVENTS, CounterType.packets) events;
+/* `arrived`: the packet's first pass (a later pass counts no rx). */
+control Count(in ina_meta_t meta, in bit<1> arrived) {
+    INA_COUNTER(rx, ".ina_rx", 1)
+    INA_COUNTER(outcomes, ".ina_outcomes", OUTCOMES)
+    INA_COUNTER(events, ".ina_events", EVENTS)
 
     apply {
         if (meta.from_cpu == 0) {
-            if (arrived) {
+            if (arrived == 1) {
                 rx.count(0);
             }
             if (meta.outcome != NO_OUTCOME) {
@@ -21,6 +21,56 @@ control Count(in ina_meta_t meta, in bool arrived) {
         }
         if (meta.event != NO_EVENT) {
             events.count(meta.event);
+        }
+    }
+}
+
+/* The egress: the last value words, each RESULT copy's destination, transmitted packets. */
+control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {
+    INA_COUNTER(tx, ".ina_tx", 1)
+    EgressWords() words;
+
+    @name(".ina_replica")
+    action replica(bit<32> ip, bit<16> port, bit<48> mac) {
+        hdr.ipv4.dst = ip;
+        hdr.udp.dst_port = port;
+        hdr.ethernet.dst = mac;
+    }
+
+    action no_replica() {
+        meta.drop = 1;
+    }
+
+    /* A RESULT copy's destination: replica `rank` of a job's group is that worker, replica n its PS. */
+    @name(".ina_replicas")
+    table replicas {
+        key = {
+            CARRY.group: exact @name("group");
+            meta.egress_rid: exact @name("replica");
+        }
+        actions = { replica; no_replica; }
+        const default_action = no_replica();
+        size = 32768;
+    }
+
+    apply {
+        meta.drop = 0;
+        meta.slot = CARRY.eg_slot;
+        if (hdr.ina.isValid() && CARRY.out_kind != OUT_TO_PS) {
+            words.apply(hdr, meta);
+        }
+        if (CARRY.out_kind == OUT_RECIRC) {
+            /* the architecture recirculates it */
+        } else if (hdr.ina.isValid() && CARRY.out_kind == OUT_DROP) {
+            meta.drop = 1;  /* the egress words were all it came for */
+        } else if (hdr.ina.isValid() && CARRY.out_kind == OUT_RESULT) {
+            if (replicas.apply().hit) {
+                tx.count(0);
+            }
+        } else if (hdr.ina.isValid()) {
+            tx.count(0);
+        } else if (meta.out_port == meta.in_port) {
+            meta.drop = 1;  /* a flooded copy back where it came from */
         }
     }
 }

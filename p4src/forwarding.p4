@@ -5,15 +5,15 @@
 
 const bit<16> FLOOD_GROUP = 1;
 
-control L2Forwarding(inout headers_t hdr, inout standard_metadata_t std) {
+control L2Forwarding(inout headers_t hdr, inout ina_meta_t meta) {
     @name(".ina_l2_port")
     action to_port(bit<9> port) {
-        std.egress_spec = port;
+        meta.egress_port = port;
     }
 
     @name(".ina_flood")
     action flood() {
-        std.mcast_grp = FLOOD_GROUP;
+        meta.mcast_group = FLOOD_GROUP;
     }
 
     @name(".ina_l2")
@@ -26,6 +26,28 @@ control L2Forwarding(inout headers_t hdr, inout standard_metadata_t std) {
 
     apply {
         l2.apply();
+    }
+}
+
+/* The control plane's port: SWEEP packets enter there (BMv2's P4Runtime packet-out port; on Tofino
+ * the CPU Ethernet port whose Linux interface the controller writes to). */
+control CpuPort(inout ina_meta_t meta) {
+    @name(".ina_from_cpu")
+    action from_cpu() {
+        meta.from_cpu = 1;
+    }
+
+    @name(".ina_cpu_ports")
+    table cpu_ports {
+        key = { meta.in_port: exact @name("port"); }
+        actions = { from_cpu; NoAction; }
+        const default_action = NoAction();
+        size = 4;
+    }
+
+    apply {
+        meta.from_cpu = 0;
+        cpu_ports.apply();
     }
 }
 

@@ -1,8 +1,10 @@
 /* ina: constants and headers of docs/protocol.md (section 2), shared by every P4 target.
  *
  * Compile-time parameters (set with -D by `ina p4 build`):
- *   POOL   aggregator slots P, a power of two (default 64)
- *   WORDS  32-bit payload words per packet K, 1..256 (default 64)
+ *   POOL           aggregator slots P, a power of two (default 64)
+ *   WORDS          32-bit payload words per packet K, 1..256 (default 64; at most 64 on Tofino)
+ *   EGRESS_WORDS   how many of the K value words (the first ones) the egress sums; the ingress
+ *                  sums the rest (default: arch_tna.p4 and arch_v1model.p4 say)
  */
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4
@@ -21,6 +23,40 @@
 #endif
 
 const bit<16> POOL_MASK = POOL - 1;
+/* log2(P), at least 1: the width the slot arithmetic wraps at */
+#if POOL <= 2
+#define SLOT_BITS 1
+#elif POOL == 4
+#define SLOT_BITS 2
+#elif POOL == 8
+#define SLOT_BITS 3
+#elif POOL == 16
+#define SLOT_BITS 4
+#elif POOL == 32
+#define SLOT_BITS 5
+#elif POOL == 64
+#define SLOT_BITS 6
+#elif POOL == 128
+#define SLOT_BITS 7
+#elif POOL == 256
+#define SLOT_BITS 8
+#elif POOL == 512
+#define SLOT_BITS 9
+#elif POOL == 1024
+#define SLOT_BITS 10
+#elif POOL == 2048
+#define SLOT_BITS 11
+#elif POOL == 4096
+#define SLOT_BITS 12
+#elif POOL == 8192
+#define SLOT_BITS 13
+#elif POOL == 16384
+#define SLOT_BITS 14
+#elif POOL == 32768
+#define SLOT_BITS 15
+#else
+#define SLOT_BITS 16
+#endif
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<8>  IP_PROTO_UDP = 17;
 const bit<16> INA_PORT = 47100;
@@ -39,14 +75,14 @@ const bit<8> KIND_STATUS = 5;
 const bit<8> KIND_FETCH = 6;
 const bit<8> KIND_SWEEP = 7;
 
-const bit<8> FLAG_RESEND = 0x01;
-const bit<8> FLAG_MAX = 0x02;
+/* FLAG_RESEND is bit 0 (0x01): the switch reads it as hdr.ina.flags[0:0] */
+/* FLAG_MAX is bit 1 (0x02): hdr.ina.flags[1:1], the key's operation bit */
+const bit<8> FLAG_MAX_BIT = 0x02;
 const bit<8> KNOWN_FLAGS = 0x03;
 
-/* A chunk key as the slot registers hold it: valid bit, operation bit, job id.
- * The sequence number lives in a register of its own (docs/p4.md). */
-const bit<32> KEY_VALID = 0x00020000;
-const bit<32> KEY_MAX = 0x00010000;
+/* A chunk key as the slot registers hold it: a valid bit (bit 17, so that 0 is "no key"), the
+ * operation bit (bit 16, set for MAX) and the job id. The sequence number lives in a register of its
+ * own. */
 
 header ethernet_h {
     bit<48> dst;
@@ -96,7 +132,41 @@ header word_h {
     bit<32> value;
 }
 
+/* A 64-bit register entry: two 32-bit words that one stateful ALU reads and writes together. */
+struct pair_t {
+    bit<32> lo;
+    bit<32> hi;
+}
+
+/* What a later pass, or the egress, must know of a packet (docs/p4.md, "Passes"). On TNA it travels
+ * as a header in front of the frame; on v1model in metadata that recirculation preserves. */
+#define INA_CARRIED_FIELDS(ANNOTATION) \
+    ANNOTATION bit<8>  pass;          /* PASS_*: which pass the packet is on next */ \
+    ANNOTATION bit<8>  claim_kind;    /* PASS_CLAIM: CLAIM_* */ \
+    ANNOTATION bit<32> expect_id;     /* PASS_CLAIM: the key the first pass saw in the slot */ \
+    ANNOTATION bit<32> expect_seq; \
+    ANNOTATION bit<8>  eg_action;     /* SLOT_*: what the egress words do */ \
+    ANNOTATION bit<16> eg_slot;       /* their slot */ \
+    ANNOTATION bit<16> group;         /* PASS_REPLICATE: the job's multicast group */ \
+    ANNOTATION bit<8>  out_kind;      /* OUT_*: what leaves */ \
+    ANNOTATION bit<8>  parse_words;   /* TNA's egress parser: 1 if the frame carries the egress words */ \
+    ANNOTATION bit<16> from_port;     /* the port the frame came in by (Ethernet flooding) */
+
+#define INA_NO_ANNOTATION
+
+#ifdef INA_CARRY_HEADER
+header ina_bridge_h {
+    INA_CARRIED_FIELDS(INA_NO_ANNOTATION)
+}
+#define CARRY hdr.bridge
+#else
+#define CARRY meta
+#endif
+
 struct headers_t {
+#ifdef INA_CARRY_HEADER
+    ina_bridge_h bridge;
+#endif
     ethernet_h ethernet;
     ipv4_h ipv4;
     udp_h udp;

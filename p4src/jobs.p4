@@ -4,30 +4,54 @@
 #ifndef INA_JOBS_P4
 #define INA_JOBS_P4
 
-control JobChecks(inout headers_t hdr, inout ina_meta_t meta, in standard_metadata_t std) {
+control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
     bool job_known = false;
 
+    /* The job's settings; the slot check's two sides, slot - slot_base and seq mod span, are computed
+     * here with the table's own data so that the registers can start one stage later (Tofino's ALU
+     * adds action data but does not subtract it: the entry holds -slot_base mod P; it subtracts a
+     * field from action data, so the priority cap is cap |-| priority, 0 at or over the cap). A job has an entry
+     * for each operation (SUM, MAX), whose key ids (valid bit, operation bit, job) the registers hold. */
     @name(".ina_job")
-    action job(bit<32> full, bit<8> fanin, bit<16> slot_base, bit<16> span_mask, bit<8> priority_cap,
-               bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port, bit<16> group) {
+    action job(bit<32> key_id, bit<32> key_id_other_op, bit<32> full, bit<8> fanin, bit<16> neg_slot_base,
+               bit<16> span_mask, bit<8> priority_cap, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port, bit<16> group) {
         job_known = true;
+        meta.key_id = key_id;
+        meta.key_id_other_op = key_id_other_op;
         meta.full = full;
         meta.fanin = fanin;
-        meta.slot_base = slot_base;
+#ifdef INA_TESTGEN
         meta.span_mask = span_mask;
+        meta.neg_slot_base = neg_slot_base;
+#endif
+        meta.slot_offset = hdr.ina.slot[SLOT_BITS-1:0] + neg_slot_base[SLOT_BITS-1:0];
+        meta.seq_offset = hdr.ina.seq[15:0] & span_mask;
+        meta.prio = hdr.ina.priority;
         meta.priority_cap = priority_cap;
+        meta.prio_gap = priority_cap |-| hdr.ina.priority;
         meta.lane_bits = lane_bits;
         meta.ps_ip = ps_ip;
         meta.ps_port = ps_port;
-        meta.group = group;
+        meta.from_ps_ip = hdr.ipv4.src ^ ps_ip;
+        meta.from_ps_port = hdr.udp.src_port ^ ps_port;
+        CARRY.group = group;
+        meta.rest = full & ~hdr.ina.bitmap;
     }
 
     @name(".ina_jobs")
     table jobs {
-        key = { hdr.ina.job: exact @name("job"); }
+        key = {
+            hdr.ina.job: exact @name("job");
+            hdr.ina.flags[1:1]: exact @name("op");
+        }
         actions = { job; NoAction; }
         const default_action = NoAction();
-        size = 1024;
+        size = 2048;
+    }
+
+    @name(".ina_worker")
+    action worker() {
+        meta.worker_known = 1;
     }
 
     /* One entry per (job, rank): the address that rank registered. */
@@ -39,34 +63,64 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta, in standard_metada
             hdr.ipv4.src: exact @name("src");
             hdr.udp.src_port: exact @name("src_port");
         }
-        actions = { NoAction; }
+        actions = { worker; NoAction; }
         const default_action = NoAction();
         size = 32768;
     }
 
     apply {
-        jobs.apply();
-        bool known = job_known;
-        if (known && hdr.ina.kind == KIND_DATA) {
-            known = workers.apply().hit;
-        } else if (known && hdr.ina.kind == KIND_FLUSH) {
-            known = hdr.ipv4.src == meta.ps_ip && hdr.udp.src_port == meta.ps_port;
+        meta.worker_known = 0;
+        meta.op_max = hdr.ina.flags[1:1];
+        meta.first = ~hdr.ina.flags[0:0];  /* FLAG_RESEND */
+        meta.slot = (bit<16>)hdr.ina.slot[SLOT_BITS-1:0];
+        meta.data_first = 0;
+        meta.flushing = 0;
+        meta.sweep = 0;
+        meta.claim_pass = 0;
+        if (hdr.ina.kind == KIND_DATA && CARRY.pass == PASS_FIRST) {
+            meta.data_first = 1;
         }
-        meta.op_max = (hdr.ina.flags & FLAG_MAX) == 0 ? 1w0 : 1w1;
-        if (!known) {
+        if (hdr.ina.kind == KIND_FLUSH || hdr.ina.kind == KIND_SWEEP || CARRY.pass == PASS_FLUSH) {
+            meta.flushing = 1;
+        }
+        if (hdr.ina.kind == KIND_SWEEP) {
+            meta.sweep = 1;
+        }
+        if (CARRY.pass == PASS_CLAIM) {
+            meta.claim_pass = 1;
+        }
+        jobs.apply();
+        workers.apply();
+        if (job_known) {
+            /* what every entry the control plane writes satisfies (p4testgen's cases only) */
+            INA_ASSUME(meta.key_id == (32w0x20000 | ((bit<32>)hdr.ina.flags[1:1] << 16) | (bit<32>)hdr.ina.job));
+            INA_ASSUME(meta.key_id_other_op == (meta.key_id ^ 32w0x10000));
+            INA_ASSUME(meta.fanin >= 1 && meta.fanin <= 32);
+            INA_ASSUME(meta.full == (32w0xFFFFFFFF >> (32w32 - (bit<32>)meta.fanin)));
+            INA_ASSUME(meta.lane_bits == 8 || meta.lane_bits == 16 || meta.lane_bits == 32);
+            INA_ASSUME(meta.ps_ip != 0 && meta.ps_port != 0);
+            INA_ASSUME(meta.span_mask < POOL && (meta.span_mask & (meta.span_mask + 1)) == 0);
+            INA_ASSUME(meta.neg_slot_base < POOL && (meta.neg_slot_base & meta.span_mask) == 0);
+        }
+        if (!job_known) {
             meta.outcome = OUTCOME_UNREGISTERED;
-        } else if (hdr.ina.kind != KIND_SWEEP
-                   && hdr.ina.slot != ((meta.slot_base + (hdr.ina.seq[15:0] & meta.span_mask)) & POOL_MASK)) {
+        } else if (hdr.ina.kind == KIND_DATA && meta.worker_known == 0) {
+            meta.outcome = OUTCOME_UNREGISTERED;
+        } else if (hdr.ina.kind == KIND_FLUSH && meta.from_ps_ip != 0) {
+            meta.outcome = OUTCOME_UNREGISTERED;
+        } else if (hdr.ina.kind == KIND_FLUSH && meta.from_ps_port != 0) {
+            meta.outcome = OUTCOME_UNREGISTERED;
+        } else if (hdr.ina.kind != KIND_SWEEP && meta.slot_offset != meta.seq_offset[SLOT_BITS-1:0]) {
             meta.outcome = OUTCOME_BAD_SLOT;
-        } else if (hdr.ina.kind == KIND_DATA
-                   && (hdr.ina.index_bits != 0
-                       || hdr.ina.lane_bits != (meta.op_max == 1 ? 8w32 : meta.lane_bits))) {
+        } else if (hdr.ina.kind != KIND_SWEEP && (hdr.ina.slot & ~POOL_MASK) != 0) {
+            meta.outcome = OUTCOME_BAD_SLOT;
+        } else if (hdr.ina.kind == KIND_DATA && hdr.ina.index_bits != 0) {
+            meta.outcome = OUTCOME_BAD_FORMAT;
+        } else if (hdr.ina.kind == KIND_DATA && meta.op_max == 1 && hdr.ina.lane_bits != 32) {
+            meta.outcome = OUTCOME_BAD_FORMAT;
+        } else if (hdr.ina.kind == KIND_DATA && meta.op_max == 0 && hdr.ina.lane_bits != meta.lane_bits) {
             meta.outcome = OUTCOME_BAD_FORMAT;
         }
-        meta.slot = (bit<32>)(hdr.ina.slot & POOL_MASK);
-        meta.key_id = KEY_VALID | (meta.op_max == 1 ? KEY_MAX : 32w0) | (bit<32>)hdr.ina.job;
-        meta.rank_bit = 32w1 << hdr.ina.rank;
-        meta.prio = hdr.ina.priority < meta.priority_cap ? hdr.ina.priority : meta.priority_cap;
     }
 }
 

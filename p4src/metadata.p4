@@ -1,13 +1,17 @@
-/* Per-packet metadata: what the controls of the switch tell each other (docs/p4.md). */
+/* Per-packet metadata: what the controls of the switch tell each other (docs/p4.md), the same on
+ * every architecture. What a later pass or the egress must know travels in `ina_bridge_h`
+ * (headers.p4): on TNA as a header in front of the frame, on v1model as preserved metadata. */
 #ifndef INA_METADATA_P4
 #define INA_METADATA_P4
 
-/* Which pass a packet is on. A write that is decided after the stage of its register is done
- * on a recirculated copy (docs/p4.md, "Late writes"). */
+/* Which pass a packet is on. A write decided after its register's stage is done on a recirculated
+ * copy (docs/p4.md, "Late writes"); a RESULT whose last words are summed in the egress is
+ * recirculated once more to be replicated. */
 const bit<8> PASS_FIRST = 0;     /* as received */
 const bit<8> PASS_CLAIM = 1;     /* claim a slot whose key must change (free slot of another key, stale, preempt) */
 const bit<8> PASS_FLUSH = 2;     /* a RESEND found its own contribution: flush the slot */
 const bit<8> PASS_REDIRECT = 3;  /* a collision: set the redirect, then forward to the PS */
+const bit<8> PASS_REPLICATE = 4; /* a complete RESULT: replicate it to the job's workers and PS */
 
 const bit<8> CLAIM_FREE = 0;     /* the slot was free (its last chunk completed or was flushed) */
 const bit<8> CLAIM_STALE = 1;    /* an older partial of the same job */
@@ -21,9 +25,21 @@ const bit<8> OUT_RESULT = 3;     /* a RESULT to every worker of the job and its 
 const bit<8> OUT_RECIRC = 4;     /* the next pass */
 
 /* What the slot's value words do (0: nothing). */
-const bit<8> SLOT_CLAIM = 1;     /* value = payload (the old words into the PARTIAL if evicting) */
-const bit<8> SLOT_ADD = 2;       /* value += payload (or max): the new sums into the packet */
-const bit<8> SLOT_EVICT = 3;     /* the old words into the packet (FLUSH, sweep) */
+const bit<8> SLOT_NONE = 0;
+const bit<8> SLOT_STORE = 1;     /* value = payload */
+const bit<8> SLOT_SWAP = 2;      /* value = payload; the old words into the packet (a PARTIAL) */
+const bit<8> SLOT_ADD = 3;       /* value += payload: the new sums into the packet */
+const bit<8> SLOT_MAX = 4;       /* value = max(value, payload): the new maxima into the packet */
+const bit<8> SLOT_READ = 5;      /* the old words into the packet (FLUSH, sweep, a RESEND's flush) */
+
+/* How a packet met its slot, decided from the key registers before the `missing` stage. */
+const bit<8> PATH_NONE = 0;      /* no slot state changes (redirected, forwarded, a later pass's forward) */
+const bit<8> PATH_TAKE = 1;      /* a newer chunk of the slot's key id: claim, evicting a stale partial */
+const bit<8> PATH_SAME = 2;      /* the slot's own key: add (or a duplicate, or a RESEND's flush) */
+const bit<8> PATH_CLAIM = 3;     /* the claim pass, slot still as the first pass saw it */
+const bit<8> PATH_FLUSH = 4;     /* FLUSH or a RESEND's flush pass on the slot's own key */
+const bit<8> PATH_SWEEP = 5;     /* the control plane's SWEEP on the slot's own key */
+const bit<8> PATH_OTHER = 6;     /* another key: free, stale, straggler, preemption or collision */
 
 /* Counter indices: every received packet counts under exactly one outcome; events count more. */
 const bit<32> OUTCOME_MALFORMED = 0;
@@ -51,21 +67,51 @@ const bit<32> EVENT_SWEPT = 4;
 const bit<32> EVENTS = 5;
 const bit<32> NO_EVENT = 7;
 
+/* The stateful ALUs' 4-bit predicate output (bf-p4c's encoding, which the v1model emulation
+ * copies): bit (2 * cmphi + cmplo) is set. */
+const bit<4> PRED_LO = 4w0b1010;  /* the low comparison held */
+const bit<4> PRED_HI = 4w0b1100;  /* the high comparison held */
+
 struct ina_meta_t {
+    /* from the architecture (the top-level program fills these before the shared controls run) */
+    bit<1>  parser_error;    /* the parser rejected the frame */
+    bit<1>  truncated;       /* shorter than its IPv4 total length (v1model; the TNA parser rejects it) */
+    bit<32> now;             /* a timestamp for `touched` */
+    bit<9>  in_port;         /* the ingress port */
+    bit<16> egress_rid;      /* egress: the replica id of a multicast copy */
+    bit<9>  out_port;        /* egress: the port it leaves by */
+
+    /* to the architecture (the top-level program applies these) */
+    bit<1>  drop;
+    bit<9>  egress_port;
+    bit<16> mcast_group;
+
     bit<1>  is_ina;          /* UDP to INA_PORT */
-    bit<1>  from_cpu;        /* a packet-out from the control plane */
+    bit<1>  from_cpu;        /* a packet-out from the control plane (table ina_cpu_ports) */
     bit<16> expected_udp_len;
+    bit<16> ip_udp_gap;      /* IPv4 total length - UDP length: the IPv4 header's 20 */
+    bit<1>  rank_ok;         /* DATA: bitmap == 1 << rank < 2^32 (table ina_ranks) */
 
     /* the job table */
     bit<32> full;            /* 2^n - 1 */
+#ifdef INA_TESTGEN
+    bit<16> span_mask;       /* what the assumptions of p4testgen's cases check */
+    bit<16> neg_slot_base;
+#endif
     bit<8>  fanin;           /* n */
-    bit<16> slot_base;
-    bit<16> span_mask;       /* span - 1: the job's slots are (slot_base + seq mod span) mod P */
-    bit<8>  priority_cap;
     bit<8>  lane_bits;
     bit<32> ps_ip;
     bit<16> ps_port;
-    bit<16> group;           /* multicast group: the workers and the PS */
+    bit<32> from_ps_ip;      /* source IP xor the PS's (0: from the job's PS) */
+    bit<16> from_ps_port;
+    bit<1>  worker_known;    /* DATA: the worker table holds (job, rank, source) */
+    bit<SLOT_BITS> slot_offset;  /* slot - slot_base (mod P): must equal seq mod span */
+    bit<16> seq_offset;      /* seq mod span */
+    bit<8>  prio;            /* min(priority, priority_cap) */
+    bit<8>  priority_cap;
+    bit<8>  prio_gap;        /* priority_cap - priority, saturating at 0 (0: at or over the cap) */
+    bit<32> rest;            /* full & ~bitmap: the claim's missing bitmap (DATA), the swept partial's (SWEEP) */
+    bit<32> claim_bitmap;    /* what `missing` becomes on a claim (rest) or a flush (0) */
 
     /* the switch's own settings */
     bit<32> switch_ip;
@@ -73,23 +119,36 @@ struct ina_meta_t {
     bit<1>  esa;
 
     /* the packet as the slot sees it */
-    bit<32> slot;            /* register index */
+    bit<16> slot;            /* register index */
     bit<32> key_id;          /* KEY_VALID | op | job */
-    bit<32> rank_bit;        /* 1 << rank */
-    bit<8>  prio;            /* min(priority, priority_cap) */
+    bit<32> key_id_other_op; /* this job's key id of the other operation */
     bit<1>  op_max;
+    bit<1>  first;           /* not a RESEND */
+    bit<1>  data_first;      /* a DATA on its first pass */
+    bit<1>  flushing;        /* a FLUSH, a SWEEP, or a RESEND's flush pass */
+    bit<1>  sweep;           /* a SWEEP */
+    bit<1>  claim_pass;      /* the claim pass */
 
-    /* carried to the next pass (recirculate_preserving_field_list(1)) */
-    @field_list(1) bit<8>  pass;
-    @field_list(1) bit<8>  claim_kind;
-    @field_list(1) bit<32> expect_id;
-    @field_list(1) bit<32> expect_seq;
-
-    /* what the slot held */
-    bit<32> old_id;
-    bit<32> old_seq;
-    bit<32> old_missing;
+    /* what the registers answered */
+    bit<4>  redirect_id_pred;   /* redirect_id is this key id (PRED_LO) */
+    bit<4>  redirect_seq_pred;  /* redirect_seq is this seq (PRED_LO) */
+    bit<32> old_id;          /* key_id */
+    bit<4>  id_pred;         /* key_id is this key id, or (claim pass) the expected one (PRED_LO) */
+    bit<32> old_seq;         /* key_seq */
+    bit<4>  seq_pred;        /* this chunk is newer (lo), the same seq (hi) */
+    bit<32> old_missing;     /* the bitmap of missing workers before this packet, or (PATH_SAME) its bit */
+    bit<4>  missing_pred;    /* free (PRED_LO); PATH_SAME: this worker the last missing (PRED_HI) */
+    bit<4>  prio_lower;      /* the slot's chunk has the lower priority (PRED_LO) */
     bit<8>  old_prio;
+
+    /* decisions */
+    bit<8>  path;
+    bit<8>  slot_action;
+    bit<8>  output;
+    bit<32> outcome;
+    bit<32> event;
+    bit<32> redirect_id;     /* what a redirect write stores */
+    bit<32> redirect_seq;
 
     /* the evicted partial: its key and its job's PS */
     bit<32> partial_id;
@@ -98,13 +157,11 @@ struct ina_meta_t {
     bit<8>  partial_lanes;
     bit<32> partial_ps_ip;
     bit<16> partial_ps_port;
+    bit<32> partial_missing; /* the workers the PARTIAL lacks */
 
-    /* decisions */
-    bit<8>  slot_action;
-    bit<1>  evict;           /* the packet carries the slot's old words */
-    bit<8>  output;
-    bit<32> outcome;
-    bit<32> event;
+#ifndef INA_CARRY_HEADER
+    INA_CARRIED_FIELDS(@field_list(1))
+#endif
 }
 
 #endif

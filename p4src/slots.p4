@@ -1,254 +1,305 @@
-/* The slot decision (docs/protocol.md, section 5, "Per-packet algorithm"), as the registers of
- * docs/p4.md in their stage order: redirect, key_id, key_seq, missing, prio. Each register is
- * read and written at most once per pass, and each write is decided by the packet and the
- * registers before it; a write decided later is done on a recirculated pass (meta.pass).
+/* The slot decision (docs/protocol.md, section 5, "Per-packet algorithm"), the same for v1model and
+ * TNA: the registers in their stage order (docs/p4.md, "Stages"), each read and written by one
+ * register action per pass, each action a Tofino stateful ALU's (two comparisons, one output):
  *
- * A slot is free when `missing` (the workers whose contribution it still lacks) is 0: completing
- * a chunk frees its slot without touching the key registers before it, which keep the key of the
- * slot's last chunk. The value words and `touched` follow in Values. */
+ *   stage 1  redirect_id, redirect_seq    key_id, key_id_copy
+ *   stage 2  key_seq, key_seq_copy        touched
+ *   stage 3  missing, missing_copy
+ *   stage 4  prio                         (the value words follow, values.p4)
+ *
+ * A copy takes the same writes as its register and answers another question: the registers answer
+ * with values later stages compute with, the copies with 4-bit predicates that a stage's gateway
+ * can test (a gateway takes a few dozen bits, not the 32-bit compares of every condition). 
+ *
+ * A slot is free when `missing` (the workers whose contribution it still lacks) is 0: completing a
+ * chunk frees its slot without touching the key registers before it, which keep the key of the
+ * slot's last chunk. A write that must be decided after its register's stage is done on a later
+ * pass (meta.pass), which first re-checks that the slot still holds the key the first pass saw.
+ *
+ * The values: the old key id and seq (for a later pass, a victim, a stale partial), missing as the
+ * old bitmap or this worker's bit of it, prio as the old priority or its difference from ours. */
 #ifndef INA_SLOTS_P4
 #define INA_SLOTS_P4
 
-control SlotDecision(inout headers_t hdr, inout ina_meta_t meta, in standard_metadata_t std) {
-    @name(".ina_redirect_id") register<bit<32>>(POOL) redirect_id;
-    @name(".ina_redirect_seq") register<bit<32>>(POOL) redirect_seq;
-    @name(".ina_key_id") register<bit<32>>(POOL) key_id;
-    @name(".ina_key_seq") register<bit<32>>(POOL) key_seq;
-    @name(".ina_missing") register<bit<32>>(POOL) missing;
-    @name(".ina_prio") register<bit<8>>(POOL) prio;
+/* The conditions the stages test, on the flags JobChecks set and what the registers before answered. */
+#define REDIRECTED ((meta.redirect_id_pred & PRED_LO) != 0 && (meta.redirect_seq_pred & PRED_LO) != 0)
+#define SAME_ID ((meta.id_pred & PRED_LO) != 0)            /* key_id is this key id (claim pass: the expected one) */
+#define NEWER ((meta.seq_pred & PRED_LO) != 0)             /* 0 < seq - key_seq < 2^31 */
+#define SAME_SEQ ((meta.seq_pred & PRED_HI) != 0)
+#define MEETS_SLOT (meta.data_first == 1 && !REDIRECTED)
+#define IS_TAKE (MEETS_SLOT && meta.first == 1 && SAME_ID && NEWER)
+#define IS_SAME (MEETS_SLOT && SAME_ID && SAME_SEQ)
+#define IS_CLAIM (meta.claim_pass == 1 && SAME_ID)
+#define IS_FLUSH (meta.flushing == 1 && meta.sweep == 0 && SAME_ID && SAME_SEQ)
+#define IS_SWEEP (meta.sweep == 1 && SAME_ID && SAME_SEQ)
 
-    /* -- outcomes: what leaves the switch and how it is counted ------------------------------ */
+control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
+    INA_REGISTER(bit<32>, redirect_id, ".ina_redirect_id")
+    INA_REGISTER(bit<32>, redirect_seq, ".ina_redirect_seq")
+    INA_REGISTER(bit<32>, key_id, ".ina_key_id")
+    INA_REGISTER(bit<32>, key_id_copy, ".ina_key_id_copy")
+    INA_REGISTER(bit<32>, key_seq, ".ina_key_seq")
+    INA_REGISTER(bit<32>, key_seq_copy, ".ina_key_seq_copy")
+    INA_REGISTER(bit<32>, touched, ".ina_touched")
+    INA_REGISTER(bit<32>, missing, ".ina_missing")
+    INA_REGISTER(bit<32>, missing_copy, ".ina_missing_copy")
+    INA_REGISTER(bit<8>, prio, ".ina_prio")
 
-    action send(bit<8> output, bit<32> outcome) {
-        meta.output = output;
-        meta.outcome = outcome;
-    }
+    /* -- stage 1: the redirect (its id and seq each a register: a stateful ALU takes two inputs) and key_id */
 
-    action next_pass(bit<8> pass, bit<8> kind) {
-        meta.output = OUT_RECIRC;
-        meta.outcome = NO_OUTCOME;
-        meta.pass = pass;
-        meta.claim_kind = kind;
-        meta.expect_id = meta.old_id;
-        meta.expect_seq = meta.old_seq;
-    }
+    INA_ACTION(bit<32>, bit<4>, redirect_id, redirect_id_check)
+        rv = INA_PREDICATE1(value == meta.key_id);
+    INA_END(redirect_id)
 
-    /* The slot's old partial leaves as a PARTIAL to the PS of its own job. */
-    action evict_own(bit<32> id, bit<32> seq) {
-        meta.evict = 1;
-        meta.partial_id = id;
-        meta.partial_seq = seq;
-        meta.partial_full = meta.full;
-        meta.partial_lanes = (id & KEY_MAX) == 0 ? meta.lane_bits : 8w32;
-        meta.partial_ps_ip = meta.ps_ip;
-        meta.partial_ps_port = meta.ps_port;
-    }
+    /* FLUSH, SWEEP, a RESEND's flush, a collision: this chunk's later packets go to the PS */
+    INA_UPDATE(bit<32>, redirect_id, redirect_id_key)
+        value = meta.key_id;
+    INA_END(redirect_id)
 
-    /* A preempted or raced partial may be another job's: its PS and bitmap come from this table. */
-    @name(".ina_victim")
-    action victim(bit<32> full, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port) {
-        meta.partial_full = full;
-        meta.partial_lanes = (meta.old_id & KEY_MAX) == 0 ? lane_bits : 8w32;
-        meta.partial_ps_ip = ps_ip;
-        meta.partial_ps_port = ps_port;
-    }
+    /* a preemption: the victim's later packets follow its partial to the PS */
+    INA_UPDATE(bit<32>, redirect_id, redirect_id_victim)
+        value = CARRY.expect_id;
+    INA_END(redirect_id)
 
-    @name(".ina_victims")
-    table victims {
-        key = { meta.partial_id[15:0]: exact @name("job"); }
-        actions = { victim; NoAction; }
-        const default_action = NoAction();
-        size = 2048;
-    }
+    INA_ACTION(bit<32>, bit<4>, redirect_seq, redirect_seq_check)
+        rv = INA_PREDICATE1(value == hdr.ina.seq);
+    INA_END(redirect_seq)
 
-    /* -- registers ----------------------------------------------------------------------------- */
+    INA_UPDATE(bit<32>, redirect_seq, redirect_seq_key)
+        value = hdr.ina.seq;
+    INA_END(redirect_seq)
 
-    /* Stage 1, redirect: compare with the packet's key, or set it. */
-    action read_redirect(out bool redirected) {
-        bit<32> rid;
-        bit<32> rseq;
-        redirect_id.read(rid, meta.slot);
-        redirect_seq.read(rseq, meta.slot);
-        redirected = rid == meta.key_id && rseq == hdr.ina.seq;
-    }
+    INA_UPDATE(bit<32>, redirect_seq, redirect_seq_victim)
+        value = CARRY.expect_seq;
+    INA_END(redirect_seq)
 
-    action set_redirect(bit<32> id, bit<32> seq) {
-        redirect_id.write(meta.slot, id);
-        redirect_seq.write(meta.slot, seq);
-    }
+    INA_ACTION(bit<32>, bit<32>, key_id, key_id_read)
+        rv = value;
+    INA_END(key_id)
 
-    /* The missing bitmap of a claim: every worker but the claimer. */
-    action claim_missing() {
-        missing.write(meta.slot, meta.full & ~meta.rank_bit);
-    }
+    INA_ACTION(bit<32>, bit<4>, key_id_copy, key_id_copy_compare)
+        rv = INA_PREDICATE1(value == meta.key_id);
+    INA_END(key_id_copy)
 
-    /* Stage 5, prio: a claim sets it, an added contribution raises it. */
-    action claim_prio() {
-        prio.read(meta.old_prio, meta.slot);
-        prio.write(meta.slot, meta.prio);
-    }
+    /* the claim pass: take the slot if it still holds the key the first pass saw */
+    INA_UPDATE(bit<32>, key_id, key_id_swap)
+        if (value == CARRY.expect_id) {
+            value = meta.key_id;
+        }
+    INA_END(key_id)
 
-    action raise_prio() {
-        prio.read(meta.old_prio, meta.slot);
-        prio.write(meta.slot, meta.prio > meta.old_prio ? meta.prio : meta.old_prio);
-    }
+    INA_ACTION(bit<32>, bit<4>, key_id_copy, key_id_copy_swap)
+        rv = INA_PREDICATE1(value == CARRY.expect_id);
+        if (value == CARRY.expect_id) {
+            value = meta.key_id;
+        }
+    INA_END(key_id_copy)
 
-    action read_prio() {
-        prio.read(meta.old_prio, meta.slot);
-    }
+    /* -- stage 2: key_seq and touched ---------------------------------------------------------- */
+
+    INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_read)
+        rv = value;
+    INA_END(key_seq)
+
+    /* a first transmission of the slot's key id: a newer chunk takes the key */
+    INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_take)
+        rv = value;
+        if ((int<32>)(hdr.ina.seq - value) > 0) {
+            value = hdr.ina.seq;
+        }
+    INA_END(key_seq)
+
+    INA_ACTION(bit<32>, bit<32>, key_seq, key_seq_swap)
+        rv = value;
+        value = hdr.ina.seq;
+    INA_END(key_seq)
+
+    INA_ACTION(bit<32>, bit<4>, key_seq_copy, key_seq_copy_compare)
+        rv = INA_PREDICATE((int<32>)(hdr.ina.seq - value) > 0, value == hdr.ina.seq);
+    INA_END(key_seq_copy)
+
+    INA_ACTION(bit<32>, bit<4>, key_seq_copy, key_seq_copy_take)
+        rv = INA_PREDICATE((int<32>)(hdr.ina.seq - value) > 0, value == hdr.ina.seq);
+        if ((int<32>)(hdr.ina.seq - value) > 0) {
+            value = hdr.ina.seq;
+        }
+    INA_END(key_seq_copy)
+
+    INA_UPDATE(bit<32>, key_seq_copy, key_seq_copy_swap)
+        value = hdr.ina.seq;
+    INA_END(key_seq_copy)
+
+    INA_UPDATE(bit<32>, touched, touch)
+        value = meta.now;
+    INA_END(touched)
+
+    /* -- stage 3: missing, and its copy for a second answer ------------------------------------ */
+
+    /* a claim (every worker but this one missing) or a flush (none): the old bitmap out, a stale,
+     * preempted or flushed partial's. (Four register actions a register: claim and flush are one.) */
+    INA_ACTION(bit<32>, bit<32>, missing, missing_claim)
+        rv = value;
+        value = meta.claim_bitmap;
+    INA_END(missing)
+
+    INA_UPDATE(bit<32>, missing_copy, missing_copy_claim)
+        value = meta.claim_bitmap;
+    INA_END(missing_copy)
+
+    /* the slot's own chunk: this worker's bit out (0: a duplicate, or a free slot), and cleared */
+    INA_ACTION(bit<32>, bit<32>, missing, missing_add)
+        rv = value & hdr.ina.bitmap;
+        if (value != 0) {
+            value = value & ~hdr.ina.bitmap;
+        }
+    INA_END(missing)
+
+    /* ... the same update; out: whether the slot was free (lo) and this worker the last missing (hi) */
+    INA_ACTION(bit<32>, bit<4>, missing_copy, missing_copy_add)
+        rv = INA_PREDICATE(value == 0, value == hdr.ina.bitmap);
+        if (value != 0) {
+            value = value & ~hdr.ina.bitmap;
+        }
+    INA_END(missing_copy)
+
+    /* SWEEP: freed only if the slot still holds exactly the partial the control plane saw (answer 0) */
+    INA_ACTION(bit<32>, bit<32>, missing, missing_sweep)
+        rv = value ^ meta.claim_bitmap;
+        if (value == meta.claim_bitmap) {
+            value = 0;
+        }
+    INA_END(missing)
+
+    INA_UPDATE(bit<32>, missing_copy, missing_copy_sweep)
+        if (value == meta.claim_bitmap) {
+            value = 0;
+        }
+    INA_END(missing_copy)
+
+    INA_ACTION(bit<32>, bit<32>, missing, missing_read)
+        rv = value;
+    INA_END(missing)
+
+    INA_ACTION(bit<32>, bit<4>, missing_copy, missing_copy_read)
+        rv = INA_PREDICATE1(value == 0);
+    INA_END(missing_copy)
+
+    /* -- stage 4: prio --------------------------------------------------------------------------- */
+
+    INA_ACTION(bit<8>, bit<8>, prio, prio_claim)
+        rv = value;
+        value = meta.prio;
+    INA_END(prio)
+
+    INA_UPDATE(bit<8>, prio, prio_raise)
+        if (value < meta.prio) {
+            value = meta.prio;
+        }
+    INA_END(prio)
+
+    INA_ACTION(bit<8>, bit<8>, prio, prio_read)
+        rv = value;
+    INA_END(prio)
+
+    /* another job's partial: whether its priority is below ours */
+    INA_ACTION(bit<8>, bit<4>, prio, prio_compare)
+        rv = INA_PREDICATE1(value < meta.prio);
+    INA_END(prio)
 
     apply {
-        if (hdr.ina.kind == KIND_FLUSH || hdr.ina.kind == KIND_SWEEP || meta.pass == PASS_FLUSH) {
-            /* FLUSH from the PS, the control plane's idle sweep, or a RESEND's flush: the slot's
-             * partial of this key leaves as a PARTIAL; its later packets are redirected. */
-            set_redirect(meta.key_id, hdr.ina.seq);
-            key_id.read(meta.old_id, meta.slot);
-            key_seq.read(meta.old_seq, meta.slot);
-            missing.read(meta.old_missing, meta.slot);
-            bool hit = meta.old_id == meta.key_id && meta.old_seq == hdr.ina.seq && meta.old_missing != 0;
-            if (hdr.ina.kind == KIND_SWEEP) {
-                /* only if nothing was added since the control plane saw the slot idle */
-                hit = hit && meta.old_missing == (meta.full & ~hdr.ina.bitmap);
-            }
-            if (hit) {
-                missing.write(meta.slot, 0);
-            }
-            read_prio();
-            meta.output = OUT_DROP;
-            if (hit) {
-                evict_own(meta.key_id, hdr.ina.seq);
-                meta.slot_action = SLOT_EVICT;
-                meta.output = OUT_PARTIAL;
-            }
-            if (hdr.ina.kind == KIND_SWEEP) {
-                meta.event = hit ? EVENT_SWEPT : NO_EVENT;
-            } else if (hdr.ina.kind == KIND_FLUSH) {
-                meta.outcome = OUTCOME_FLUSH_REQUESTS;
-                meta.event = hit ? EVENT_FLUSH_HITS : NO_EVENT;
-            } else {
-                meta.outcome = OUTCOME_FLUSHED;
-            }
-        } else if (meta.pass == PASS_REDIRECT) {
-            /* the collision decided on the first pass: its chunk's later packets follow it */
-            set_redirect(meta.key_id, hdr.ina.seq);
-            send(OUT_TO_PS, OUTCOME_COLLISION);
-        } else if (meta.pass == PASS_CLAIM) {
-            /* claim a slot whose key must change, if it still holds the key the first pass saw */
-            if (meta.claim_kind == CLAIM_PREEMPT) {
-                set_redirect(meta.expect_id, meta.expect_seq);
-            }
-            key_id.read(meta.old_id, meta.slot);
-            bool won = meta.old_id == meta.expect_id;
-            if (won) {
-                key_id.write(meta.slot, meta.key_id);
-            }
-            key_seq.read(meta.old_seq, meta.slot);
-            if (won) {
-                key_seq.write(meta.slot, hdr.ina.seq);
-            }
-            missing.read(meta.old_missing, meta.slot);
-            if (won) {
-                claim_missing();
-                claim_prio();
-                meta.slot_action = SLOT_CLAIM;
-                meta.outcome = OUTCOME_CLAIMED;
-                meta.output = OUT_DROP;
-                if (meta.old_missing != 0) {
-                    meta.evict = 1;
-                    meta.partial_id = meta.old_id;
-                    meta.partial_seq = meta.old_seq;
-                    victims.apply();
-                    meta.output = OUT_PARTIAL;
-                    meta.event = meta.claim_kind == CLAIM_PREEMPT ? EVENT_PREEMPTED : EVENT_STALE;
-                } else if ((meta.full & ~meta.rank_bit) == 0) {
-                    meta.output = OUT_RESULT;
-                    meta.event = EVENT_COMPLETED;
-                }
-            } else {
-                /* the slot changed between the passes: the PS takes the packet (its FLUSH
-                 * requests resolve any split this leaves) */
-                send(OUT_TO_PS, OUTCOME_COLLISION);
-            }
+        /* a FLUSH or SWEEP that evicts the slot leaves with its K words (each part fills its own) */
+        if (hdr.ina.kind != KIND_DATA) {
+#define WORD_STEP(i) hdr.words[i].setValid();
+#include "each_word.p4"
+#undef WORD_STEP
+        }
+
+        /* the effective priority: min(priority, priority_cap) */
+        if (meta.prio_gap == 0) {
+            meta.prio = meta.priority_cap;
+        }
+
+        /* what a claim leaves missing: every worker but this one; a flush: none (a SWEEP compares
+         * with the partial it saw) */
+        if (meta.flushing == 1 && meta.sweep == 0) {
+            meta.claim_bitmap = 0;
         } else {
-            /* DATA, first pass */
-            bool redirected;
-            read_redirect(redirected);
-            if (redirected) {
-                send(OUT_TO_PS, OUTCOME_REDIRECTED);
-            } else {
-                bool first = (hdr.ina.flags & FLAG_RESEND) == 0;
-                /* stage 2, key_id: a first transmission claims a slot that never held a key */
-                key_id.read(meta.old_id, meta.slot);
-                bool virgin = meta.old_id == 0;
-                if (first && virgin) {
-                    key_id.write(meta.slot, meta.key_id);
-                }
-                /* stage 3, key_seq: ... or a slot whose last chunk is an older one of this key */
-                key_seq.read(meta.old_seq, meta.slot);
-                bool same_id = meta.old_id == meta.key_id;
-                bit<32> age = hdr.ina.seq - meta.old_seq;
-                bool newer = age != 0 && age[31:31] == 0;
-                bool took_key = first && (virgin || (same_id && newer));
-                if (took_key) {
-                    key_seq.write(meta.slot, hdr.ina.seq);
-                }
-                bool same_key = same_id && meta.old_seq == hdr.ina.seq;
-                /* stage 4, missing */
-                missing.read(meta.old_missing, meta.slot);
-                bool free = meta.old_missing == 0;
-                if (took_key || (same_key && first && free)) {
-                    claim_missing();
-                    claim_prio();
-                    meta.slot_action = SLOT_CLAIM;
-                    meta.outcome = OUTCOME_CLAIMED;
-                    meta.output = OUT_DROP;
-                    if (!free) {
-                        /* an older partial of this key id: stale, to the PS */
-                        evict_own(meta.key_id, meta.old_seq);
-                        meta.output = OUT_PARTIAL;
-                        meta.event = EVENT_STALE;
-                    } else if ((meta.full & ~meta.rank_bit) == 0) {
-                        meta.output = OUT_RESULT;
-                        meta.event = EVENT_COMPLETED;
-                    }
-                } else if (same_key && !free && (meta.old_missing & meta.rank_bit) == 0) {
-                    /* the slot already holds this worker's contribution */
-                    if (first) {
-                        send(OUT_DROP, OUTCOME_DUPLICATE);
-                    } else {
-                        next_pass(PASS_FLUSH, CLAIM_FREE);
-                    }
-                } else if (same_key && !free) {
-                    missing.write(meta.slot, meta.old_missing & ~meta.rank_bit);
-                    raise_prio();
-                    meta.slot_action = SLOT_ADD;
-                    meta.outcome = OUTCOME_AGGREGATED;
-                    meta.output = OUT_DROP;
-                    if (meta.old_missing == meta.rank_bit) {
-                        meta.output = OUT_RESULT;
-                        meta.event = EVENT_COMPLETED;
-                    }
-                } else if (!first) {
-                    /* a RESEND on a free slot or another chunk's: only the PS can hold its result */
-                    send(OUT_TO_PS, OUTCOME_RESEND_FORWARDED);
-                } else if (free) {
-                    next_pass(PASS_CLAIM, CLAIM_FREE);
-                } else if (meta.old_id[15:0] == hdr.ina.job) {
-                    if (newer) {
-                        next_pass(PASS_CLAIM, CLAIM_STALE);
-                    } else {
-                        send(OUT_TO_PS, OUTCOME_STRAGGLER);
-                    }
-                } else {
-                    /* stage 5, prio: another job's partial */
-                    read_prio();
-                    if (meta.esa == 1 && meta.fanin > 1 && meta.prio > meta.old_prio) {
-                        next_pass(PASS_CLAIM, CLAIM_PREEMPT);
-                    } else {
-                        next_pass(PASS_REDIRECT, CLAIM_FREE);
-                    }
-                }
-            }
+            meta.claim_bitmap = meta.rest;
+        }
+
+        /* stage 1 */
+        if (meta.flushing == 1 || CARRY.pass == PASS_REDIRECT) {
+            INA_DO(redirect_id_key);
+            INA_DO(redirect_seq_key);
+        } else if (meta.claim_pass == 1 && CARRY.claim_kind == CLAIM_PREEMPT) {
+            INA_DO(redirect_id_victim);
+            INA_DO(redirect_seq_victim);
+        } else if (meta.data_first == 1) {
+            INA_RUN(meta.redirect_id_pred, redirect_id_check);
+            INA_RUN(meta.redirect_seq_pred, redirect_seq_check);
+        }
+        if (meta.claim_pass == 1) {
+            INA_DO(key_id_swap);
+            INA_RUN(meta.id_pred, key_id_copy_swap);
+        } else if (meta.data_first == 1 || meta.flushing == 1) {
+            INA_RUN(meta.old_id, key_id_read);
+            INA_RUN(meta.id_pred, key_id_copy_compare);
+        }
+
+        /* stage 2 */
+        if (MEETS_SLOT && meta.first == 1 && SAME_ID) {
+            INA_RUN(meta.old_seq, key_seq_take);
+            INA_RUN(meta.seq_pred, key_seq_copy_take);
+        } else if (IS_CLAIM) {
+            INA_RUN(meta.old_seq, key_seq_swap);
+            INA_DO(key_seq_copy_swap);
+        } else if (MEETS_SLOT || meta.flushing == 1) {
+            INA_RUN(meta.old_seq, key_seq_read);
+            INA_RUN(meta.seq_pred, key_seq_copy_compare);
+        }
+        if ((MEETS_SLOT || meta.claim_pass == 1) && SAME_ID) {
+            INA_DO(touch);
+        }
+
+        /* stage 3: how the packet meets the slot (the same conditions set meta.path for later stages) */
+        if (IS_TAKE || IS_CLAIM || IS_FLUSH) {
+            INA_RUN(meta.old_missing, missing_claim);
+            INA_DO(missing_copy_claim);
+        } else if (IS_SAME) {
+            INA_RUN(meta.old_missing, missing_add);
+            INA_RUN(meta.missing_pred, missing_copy_add);
+        } else if (IS_SWEEP) {
+            INA_RUN(meta.old_missing, missing_sweep);
+            INA_DO(missing_copy_sweep);
+        } else if (MEETS_SLOT) {
+            INA_RUN(meta.old_missing, missing_read);
+            INA_RUN(meta.missing_pred, missing_copy_read);
+        }
+        if (IS_TAKE) {
+            meta.path = PATH_TAKE;
+        } else if (IS_SAME) {
+            meta.path = PATH_SAME;
+        } else if (IS_CLAIM) {
+            meta.path = PATH_CLAIM;
+        } else if (IS_FLUSH) {
+            meta.path = PATH_FLUSH;
+        } else if (IS_SWEEP) {
+            meta.path = PATH_SWEEP;
+        } else if (MEETS_SLOT) {
+            meta.path = PATH_OTHER;
+        } else {
+            meta.path = PATH_NONE;
+        }
+
+        /* stage 4 */
+        if (meta.path == PATH_TAKE || meta.path == PATH_CLAIM) {
+            INA_RUN(meta.old_prio, prio_claim);
+        } else if (meta.path == PATH_SAME && (meta.missing_pred & PRED_LO) == 0 && meta.old_missing != 0) {
+            INA_DO(prio_raise);
+        } else if (meta.path == PATH_FLUSH || meta.path == PATH_SWEEP) {
+            INA_RUN(meta.old_prio, prio_read);
+        } else if (meta.path == PATH_OTHER) {
+            INA_RUN(meta.prio_lower, prio_compare);
         }
     }
 }

@@ -26,13 +26,17 @@
     LANES3(kind, 7, SUMS(4, 4), SUMS(4, 2), SUMS(4, 1)) \
     LANES3(kind, 8, SUMS(4, 4), SUMS(4, 2), SUMS(4, 1))
 
-control Validate(inout headers_t hdr, inout ina_meta_t meta, in standard_metadata_t std) {
+control Validate(inout headers_t hdr, inout ina_meta_t meta) {
+    /* (each action also takes the IPv4 header's length out of the IPv4 total length, for the check
+     * that the two lengths agree: a table's action, so that a later stage compares a field) */
     action expect_length(bit<16> udp_length) {
         meta.expected_udp_len = udp_length;
+        meta.ip_udp_gap = hdr.ipv4.total_len - hdr.udp.length;
     }
 
     action unknown_format() {
         meta.expected_udp_len = 0;
+        meta.ip_udp_gap = hdr.ipv4.total_len - hdr.udp.length;
     }
 
     @name(".ina_lengths")
@@ -44,6 +48,7 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta, in standard_metadat
         }
         actions = { expect_length; unknown_format; }
         const default_action = unknown_format();
+        INA_CONST_TABLE_SIZE(256)
         const entries = {
             FIXED_LENGTH(KIND_DATA, WORDS)
             SUMS_LENGTH(KIND_RESULT)
@@ -55,22 +60,48 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta, in standard_metadat
         }
     }
 
+    action rank_bit() {
+        meta.rank_ok = 1;
+    }
+
+    /* A DATA's bitmap must be 1 << rank (rank < 32): a constant table, since a shift by a field is
+     * not a Tofino ALU operation. */
+    @name(".ina_ranks")
+    table ranks {
+        key = {
+            hdr.ina.rank: exact;
+            hdr.ina.bitmap: exact;
+        }
+        actions = { rank_bit; NoAction; }
+        const default_action = NoAction();
+        INA_CONST_TABLE_SIZE(32)
+        const entries = {
+#define RANK_ENTRY(r) (r, 32w1 << r): rank_bit();
+            RANK_ENTRY(0) RANK_ENTRY(1) RANK_ENTRY(2) RANK_ENTRY(3) RANK_ENTRY(4) RANK_ENTRY(5) RANK_ENTRY(6)
+            RANK_ENTRY(7) RANK_ENTRY(8) RANK_ENTRY(9) RANK_ENTRY(10) RANK_ENTRY(11) RANK_ENTRY(12) RANK_ENTRY(13)
+            RANK_ENTRY(14) RANK_ENTRY(15) RANK_ENTRY(16) RANK_ENTRY(17) RANK_ENTRY(18) RANK_ENTRY(19) RANK_ENTRY(20)
+            RANK_ENTRY(21) RANK_ENTRY(22) RANK_ENTRY(23) RANK_ENTRY(24) RANK_ENTRY(25) RANK_ENTRY(26) RANK_ENTRY(27)
+            RANK_ENTRY(28) RANK_ENTRY(29) RANK_ENTRY(30) RANK_ENTRY(31)
+#undef RANK_ENTRY
+        }
+    }
+
     apply {
-        bool malformed = std.parser_error != error.NoError || !hdr.ina.isValid();
-        if (!malformed) {
-            malformed = hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION
-                || (hdr.ina.flags & ~KNOWN_FLAGS) != 0
-                || hdr.ipv4.total_len != IPV4_HEADER_LEN + hdr.udp.length
-                || std.packet_length < 14 + (bit<32>)hdr.ipv4.total_len;
-        }
-        if (!malformed) {
-            lengths.apply();
-            malformed = hdr.udp.length != meta.expected_udp_len;
-        }
-        if (!malformed && hdr.ina.kind == KIND_DATA) {
-            malformed = hdr.ina.rank >= 32 || hdr.ina.bitmap != (32w1 << hdr.ina.rank);
-        }
-        if (malformed) {
+        meta.rank_ok = 0;
+        lengths.apply();
+        ranks.apply();
+        /* the checks in order, each a plain condition (a Tofino stage tests them in its gateways) */
+        if (meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if ((hdr.ina.flags & ~KNOWN_FLAGS) != 0) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (meta.ip_udp_gap != IPV4_HEADER_LEN) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.udp.length != meta.expected_udp_len) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0) {
             meta.outcome = OUTCOME_MALFORMED;
         } else if (hdr.ina.kind != KIND_DATA && hdr.ina.kind != KIND_FLUSH
                    && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {

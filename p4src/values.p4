@@ -1,44 +1,180 @@
-/* The value words and the touched time of a slot (docs/protocol.md, section 5): stage 6 on, after
- * the slot decision. SUM chunks add modulo 2^32, MAX chunks take the unsigned maximum. */
+/* The value words of a slot (docs/protocol.md, section 5): SUM chunks add modulo 2^32, MAX chunks
+ * take the unsigned maximum. The first EGRESS_WORDS words are summed in the egress, from the slot
+ * action the ingress decided (a RESULT then recirculates once, to be replicated with every word);
+ * the rest in the ingress right after the slot decision. One register action per word and step,
+ * whose bodies below both architectures run. */
 #ifndef INA_VALUES_P4
 #define INA_VALUES_P4
 
-control Values(inout headers_t hdr, inout ina_meta_t meta, in standard_metadata_t std) {
-    /* word i of slot s at s * WORDS + i; on Tofino one register array per pair of words */
-    @name(".ina_value") register<bit<32>>(POOL * WORDS) value;
-    @name(".ina_touched") register<bit<48>>(POOL) touched;
+/* The bodies: `value` is the register word, `w` the packet's, `rv` what goes into the packet. A
+ * stateful ALU has four register actions a register: a store is a swap whose answer is dropped. */
+#define WORD_SWAP(w) rv = value; value = w;
+#define WORD_ADD(w) value = value + w; rv = value;
+#define WORD_MAX(w) if (w > value) { value = w; } rv = value;
+#define WORD_READ(w) rv = value;
+
+/* What the words do, from what the slot stages answered: the path, and whether `missing` answered 0
+ * (for a SWEEP: whether the slot held exactly the partial swept, of a nonempty bitmap). A constant
+ * ternary table, first match winning, so that a Tofino stage chooses with one lookup where the
+ * conditions written out are more than its gateways take. */
+#define SLOT_ACTION_KEY \
+    key = { \
+        meta.path: ternary @name("path"); \
+        meta.old_missing: ternary @name("answer"); \
+        meta.op_max: ternary @name("op_max"); \
+        meta.rest: ternary @name("rest"); \
+    }
+#define SLOT_ACTION_ENTRIES(STORE, SWAP, ADD, MAX, READ, NONE) \
+    (PATH_TAKE, 0, _, _): STORE; \
+    (PATH_TAKE, _, _, _): SWAP; \
+    (PATH_CLAIM, 0, _, _): STORE; \
+    (PATH_CLAIM, _, _, _): SWAP; \
+    (PATH_SAME, 0, _, _): NONE; \
+    (PATH_SAME, _, 0, _): ADD; \
+    (PATH_SAME, _, 1, _): MAX; \
+    (PATH_FLUSH, 0, _, _): NONE; \
+    (PATH_FLUSH, _, _, _): READ; \
+    (PATH_SWEEP, 0, _, 0): NONE; \
+    (PATH_SWEEP, 0, _, _): READ;
+
+/* The egress words: what the ingress decided. */
+#define EG_STORE (CARRY.eg_action == SLOT_STORE)
+#define EG_SWAP (CARRY.eg_action == SLOT_SWAP)
+#define EG_ADD (CARRY.eg_action == SLOT_ADD)
+#define EG_MAX (CARRY.eg_action == SLOT_MAX)
+#define EG_READ (CARRY.eg_action == SLOT_READ)
+
+/* The slot action, for the outputs, the egress words, and (on v1model) the ingress words. */
+control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
+    action set_slot_action(bit<8> slot_action) {
+        meta.slot_action = slot_action;
+    }
+
+    @name(".ina_slot_actions")
+    table slot_actions {
+        SLOT_ACTION_KEY
+        actions = { set_slot_action; }
+        const default_action = set_slot_action(SLOT_NONE);
+        INA_CONST_TABLE_SIZE(16)
+        const entries = {
+            SLOT_ACTION_ENTRIES(set_slot_action(SLOT_STORE), set_slot_action(SLOT_SWAP), set_slot_action(SLOT_ADD),
+                                set_slot_action(SLOT_MAX), set_slot_action(SLOT_READ), set_slot_action(SLOT_NONE))
+        }
+    }
 
     apply {
-        bit<32> base = meta.slot * WORDS;
-        bit<32> old;
-        if (meta.slot_action == SLOT_CLAIM && meta.evict == 1) {
-#define WORD_STEP(i) value.read(old, base + (i)); value.write(base + (i), hdr.words[i].value); hdr.words[i].value = old;
-#include "each_word.p4"
-#undef WORD_STEP
-        } else if (meta.slot_action == SLOT_CLAIM) {
-#define WORD_STEP(i) value.write(base + (i), hdr.words[i].value);
-#include "each_word.p4"
-#undef WORD_STEP
-        } else if (meta.slot_action == SLOT_ADD && meta.op_max == 1) {
-#define WORD_STEP(i) value.read(old, base + (i)); \
-    if (old > hdr.words[i].value) { hdr.words[i].value = old; } \
-    value.write(base + (i), hdr.words[i].value);
-#include "each_word.p4"
-#undef WORD_STEP
-        } else if (meta.slot_action == SLOT_ADD) {
-#define WORD_STEP(i) value.read(old, base + (i)); hdr.words[i].value = hdr.words[i].value + old; \
-    value.write(base + (i), hdr.words[i].value);
-#include "each_word.p4"
-#undef WORD_STEP
-        } else if (meta.slot_action == SLOT_EVICT) {
-#define WORD_STEP(i) value.read(old, base + (i)); hdr.words[i].setValid(); hdr.words[i].value = old;
-#include "each_word.p4"
-#undef WORD_STEP
-        }
-        if (meta.slot_action == SLOT_CLAIM || meta.slot_action == SLOT_ADD) {
-            touched.write(meta.slot, std.ingress_global_timestamp);
-        }
+        slot_actions.apply();
     }
 }
 
+#ifdef INA_ARCH_TNA
+
+#define TNA_WORD_REGISTER(i) \
+    Register<bit<32>, bit<16>>(POOL) ina_value_##i; \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) swap_##i = { \
+        void apply(inout bit<32> value, out bit<32> rv) { WORD_SWAP(hdr.words[i].value) } }; \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) add_##i = { \
+        void apply(inout bit<32> value, out bit<32> rv) { WORD_ADD(hdr.words[i].value) } }; \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) max_##i = { \
+        void apply(inout bit<32> value, out bit<32> rv) { WORD_MAX(hdr.words[i].value) } }; \
+    RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) read_##i = { \
+        void apply(inout bit<32> value, out bit<32> rv) { WORD_READ(hdr.words[i].value) } };
+
+#define TNA_WORD_STEPS(i) \
+    action store_step_##i() { swap_##i.execute(meta.slot); } \
+    action swap_step_##i() { hdr.words[i].value = swap_##i.execute(meta.slot); } \
+    action add_step_##i() { hdr.words[i].value = add_##i.execute(meta.slot); } \
+    action max_step_##i() { hdr.words[i].value = max_##i.execute(meta.slot); } \
+    action read_step_##i() { hdr.words[i].value = read_##i.execute(meta.slot); }
+
+#define TNA_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
+    if (STORE) { swap_##i.execute(meta.slot); } \
+    else if (SWAP) { hdr.words[i].value = swap_##i.execute(meta.slot); } \
+    else if (ADD) { hdr.words[i].value = add_##i.execute(meta.slot); } \
+    else if (MAX) { hdr.words[i].value = max_##i.execute(meta.slot); } \
+    else if (READ) { hdr.words[i].value = read_##i.execute(meta.slot); }
+
+/* Each ingress word chooses its step with its own copy of the slot-action table: one lookup in the
+ * word's stage, right after the slot decision. */
+#define TNA_WORD_TABLE(i) \
+    TNA_WORD_REGISTER(i) \
+    TNA_WORD_STEPS(i) \
+    table step_##i { \
+        SLOT_ACTION_KEY \
+        actions = { store_step_##i; swap_step_##i; add_step_##i; max_step_##i; read_step_##i; NoAction; } \
+        const default_action = NoAction(); \
+        INA_CONST_TABLE_SIZE(16) \
+        const entries = { \
+            SLOT_ACTION_ENTRIES(store_step_##i(), swap_step_##i(), add_step_##i(), max_step_##i(), read_step_##i(), NoAction()) \
+        } \
+    }
+
+control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
+#define WORD_IN(i) TNA_WORD_TABLE(i)
+#define WORD_OUT(i)
+#include "word_list.p4"
+#undef WORD_IN
+#undef WORD_OUT
+    apply {
+#define WORD_IN(i) step_##i.apply();
+#define WORD_OUT(i)
+#include "word_list.p4"
+#undef WORD_IN
+#undef WORD_OUT
+    }
+}
+
+control EgressWords(inout headers_t hdr, inout ina_meta_t meta) {
+#define WORD_IN(i)
+#define WORD_OUT(i) TNA_WORD_REGISTER(i)
+#include "word_list.p4"
+#undef WORD_IN
+#undef WORD_OUT
+    apply {
+#define WORD_IN(i)
+#define WORD_OUT(i) TNA_WORD_APPLY(i, EG_STORE, EG_SWAP, EG_ADD, EG_MAX, EG_READ)
+#include "word_list.p4"
+#undef WORD_IN
+#undef WORD_OUT
+    }
+}
+
+#else /* v1model: one array (ina_value), the same bodies as actions */
+
+INA_WORD_REGISTERS  /* one array at the top level: the ingress and the egress words are its parts */
+
+#define V1_WORD_STEPS \
+    INA_WORD_STEP_ACTION(word_swap, WORD_SWAP) \
+    INA_WORD_STEP_ACTION(word_add, WORD_ADD) \
+    INA_WORD_STEP_ACTION(word_max, WORD_MAX) \
+    INA_WORD_STEP_ACTION(word_read, WORD_READ)
+
+#define V1_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
+    if (STORE) { bit<32> kept = hdr.words[i].value; word_swap(i, kept); } \
+    else if (SWAP) { word_swap(i, hdr.words[i].value); } \
+    else if (ADD) { word_add(i, hdr.words[i].value); } \
+    else if (MAX) { word_max(i, hdr.words[i].value); } \
+    else if (READ) { word_read(i, hdr.words[i].value); }
+
+control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
+    V1_WORD_STEPS
+    apply {
+#define WORD_STEP(i) if ((i) >= EGRESS_WORDS) { \
+    V1_WORD_APPLY(i, meta.slot_action == SLOT_STORE, meta.slot_action == SLOT_SWAP, meta.slot_action == SLOT_ADD, \
+                  meta.slot_action == SLOT_MAX, meta.slot_action == SLOT_READ) }
+#include "each_word.p4"
+#undef WORD_STEP
+    }
+}
+
+control EgressWords(inout headers_t hdr, inout ina_meta_t meta) {
+    V1_WORD_STEPS
+    apply {
+#define WORD_STEP(i) if ((i) < EGRESS_WORDS) { V1_WORD_APPLY(i, EG_STORE, EG_SWAP, EG_ADD, EG_MAX, EG_READ) }
+#include "each_word.p4"
+#undef WORD_STEP
+    }
+}
+
+#endif
 #endif

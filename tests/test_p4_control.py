@@ -10,7 +10,7 @@ import time
 import pytest
 from bmv2_support import VethPair, Wire, frame, interface_mac, needs_bmv2
 
-from ina.p4.controller import Route
+from ina.p4.entries import Route
 
 
 def test_routes_parse_from_ip_mac_and_port():
@@ -42,7 +42,8 @@ def test_on_bmv2_tenants_get_their_caps_and_quotas_and_cannot_touch_each_others_
     from ina.control.auth import Access
     from ina.control.http import ControlClient, ControlError
     from ina.control.policy import Policy
-    from ina.p4.controller import Route
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.entries import Route
     from ina.p4.server import P4SwitchServer
     from ina.protocol import INA_PORT, Header, Kind
     from ina.switch import SwitchConfig
@@ -52,8 +53,8 @@ def test_on_bmv2_tenants_get_their_caps_and_quotas_and_cannot_touch_each_others_
     access = Access(OPERATOR_TOKEN, Policy(write_policy(tmp_path)))
     routes = [Route("127.0.0.1", interface_mac(veth.host_side), 1)]
     try:
-        with P4SwitchServer(SwitchConfig(pool=32, words=4), ("127.0.0.1", INA_PORT), ("127.0.0.1", 0), {1: veth.switch_side},
-                            routes, "02:00:00:00:00:01", access=access) as server:  # fmt: skip
+        with P4SwitchServer(SwitchConfig(pool=32, words=4), ("127.0.0.1", INA_PORT), ("127.0.0.1", 0),
+                            lambda: Bmv2Device.start({1: veth.switch_side}), routes, "02:00:00:00:00:01", access=access) as server:  # fmt: skip
             a, b = (ControlClient(*server.control_address, token=TOKENS[name]) for name in "ab")
             registered = a.register(spec(100, window=8))
             assert registered["priority_cap"] == 100  # asked 255, tenant a's cap

@@ -39,7 +39,8 @@ class Network:
 
     def __init__(self) -> None:
         from ina.control.auth import Access
-        from ina.p4.controller import Route
+        from ina.p4.bmv2_device import Bmv2Device
+        from ina.p4.entries import Route
         from ina.control.registry import JobStore, Registry
         from ina.p4.server import P4SwitchServer
 
@@ -56,7 +57,7 @@ class Network:
         config = SwitchConfig(pool=POOL, words=WORDS, policy="esa", slot_timeout=1.0)
         interfaces = {1: self.workers.veth.switch_side, 2: self.ps_host.veth.switch_side}
         state = Path(tempfile.mkdtemp(prefix="ina-p4-state-")) / "switch.json"  # the job table a restart restores
-        self._start = lambda control: P4SwitchServer(config, (SWITCH_IP, INA_PORT), control, interfaces, routes, SWITCH_MAC,
+        self._start = lambda control: P4SwitchServer(config, (SWITCH_IP, INA_PORT), control, lambda: Bmv2Device.start(interfaces), routes, SWITCH_MAC,
                                                      access=Access(token=TOKEN), registry=Registry(store=JobStore(state))).start()  # fmt: skip
         self.switch = self._start((MANAGEMENT_IP, 0))
         self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",

@@ -40,7 +40,9 @@ def port():
 @pytest.fixture
 def switch_for(port):
     from ina.p4.bmv2 import Bmv2Process
-    from ina.p4.controller import P4Switch, Route
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.controller import P4Switch
+    from ina.p4.entries import Route
     from ina.p4.registers import Bmv2Thrift
     from ina.p4.runtime import P4RuntimeClient
 
@@ -54,7 +56,7 @@ def switch_for(port):
         parts.append(runtime)
         registers = Bmv2Thrift("127.0.0.1", bmv2.thrift_port)
         parts.append(registers)
-        return P4Switch(config, runtime, registers, HOST, SWITCH_MAC, [Route(HOST, interface_mac(veth.host_side), 1)])
+        return P4Switch(config, Bmv2Device(runtime, registers), HOST, SWITCH_MAC, [Route(HOST, interface_mac(veth.host_side), 1)])
 
     yield start
     for part in reversed(parts):
@@ -63,7 +65,7 @@ def switch_for(port):
 
 def settle(switch, received: int, timeout: float = 5.0) -> dict[str, int]:
     """Wait until the switch has decided every packet it received (recirculated passes included)."""
-    from ina.p4.controller import OUTCOMES
+    from ina.p4.device import OUTCOMES
 
     deadline = time.monotonic() + timeout
     while True:

@@ -142,13 +142,14 @@ def test_the_cli_serves_until_a_signal_then_stops_cleanly(signum, path):
 def test_the_subcommand_plugs_into_a_parent_cli():
     import argparse
 
-    from ina.switch import cli
+    from ina import switches
 
     parser = argparse.ArgumentParser(prog="ina")
-    cli.add_parser(parser.add_subparsers(dest="command"))
+    switches.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["switch", "--pool", "8", "--policy", "atp", "--drop", "0.01", "--fault-seed", "3"])
-    assert (args.command, args.pool, args.policy, args.drop, args.fault_seed) == ("switch", 8, "atp", 0.01, 3)
-    assert cli.run(parser.parse_args(["switch", "--pool", "12"])) == 2  # refused before binding anything
+    assert (args.command, args.target, args.pool, args.policy, args.drop, args.fault_seed) == ("switch", "software", 8, "atp", 0.01, 3)
+    assert args.run(parser.parse_args(["switch", "--pool", "12"])) == 2  # refused before binding anything
+    assert args.run(parser.parse_args(["switch", "--target", "tofino", "--drop", "0.1"])) == 2
 
 
 def test_the_cli_help_says_how_to_choose_the_path():

@@ -1,7 +1,8 @@
-"""`ina p4 build`: compile p4src/ with p4c for a pool size P and words per packet K.
+"""`ina p4 build`: compile p4src/ for a target (BMv2 with p4c, Tofino with bf-p4c) for a pool size P
+and words per packet K.
 
-Builds are cached by their inputs (the P4 sources, P, K, the target and the compiler), so a
-switch or a test that needs a build it already has starts at once.
+Builds are cached by their inputs (the P4 sources, P, K, the target and the compiler), so a switch or
+a test that needs a build it already has starts at once.
 """
 
 from __future__ import annotations
@@ -16,18 +17,32 @@ from pathlib import Path
 from ina.p4 import toolchain
 from ina.switch.config import SwitchConfig
 
-TARGETS = ("bmv2",)
-MAX_WORDS = 256  # p4src/each_word.p4 unrolls up to 256 words
-PROGRAMS = {"bmv2": "ina_v1model.p4"}
+TARGETS = ("bmv2", "tofino")
+MAX_WORDS = {"bmv2": 256, "tofino": 31}
+"""p4src/each_word.p4 unrolls up to 256 words; Tofino 1 has stateful ALUs for 31 after the slot decision (arch_tna.p4)."""
+PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
+COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
+ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
 
 
 class BuildError(RuntimeError):
-    """p4c refused the program; the message holds its diagnostics."""
+    """The compiler refused the program; the message holds its diagnostics."""
+
+
+@dataclass(frozen=True, slots=True)
+class TofinoOutputs:
+    """What bf-p4c writes for bf_switchd: the pipe's binary and context, and the BfRt schema."""
+
+    binary: Path
+    context: Path
+    bfrt: Path
+    resources: Path
 
 
 @dataclass(frozen=True, slots=True)
 class Build:
-    """A compiled program: the target's pipeline (BMv2 JSON) and its P4Info (text format)."""
+    """A compiled program: the target's pipeline (BMv2 JSON, or Tofino's tofino.bin), its P4Info
+    (text format), the compiler's warnings, and on Tofino the rest of bf-p4c's outputs."""
 
     target: str
     words: int
@@ -35,6 +50,7 @@ class Build:
     pipeline: Path
     p4info: Path
     warnings: str
+    tofino: TofinoOutputs | None = None
 
 
 def sources() -> Path:
@@ -46,32 +62,51 @@ def check(target: str, words: int, pool: int) -> None:
     """ValueError naming the option to change, for a build p4src/ cannot make."""
     if target not in TARGETS:
         raise ValueError(f"--target must be one of {TARGETS}, got {target!r}")
-    if not 1 <= words <= MAX_WORDS:
-        raise ValueError(f"--words must be in 1..{MAX_WORDS} for the P4 program, got {words}")
+    if not 1 <= words <= MAX_WORDS[target]:
+        raise ValueError(f"--words must be in 1..{MAX_WORDS[target]} for the {target} program, got {words}")
     SwitchConfig(pool=pool, words=words)  # the pool's own rules
 
 
-def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None) -> Build:
-    """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool."""
+def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, timeout: float | None = None) -> Build:
+    """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool;
+    BuildError if the compiler refuses it or runs past `timeout` seconds."""
     check(target, words, pool)
-    p4c = toolchain.require("p4c")
+    compiler = toolchain.require(COMPILERS[target])
     src = sources()
-    digest = hashlib.sha256(f"{target} {words} {pool} {p4c}".encode())
+    digest = hashlib.sha256(f"{target} {words} {pool} {compiler}".encode())
     for path in sorted(src.glob("*.p4")):
         digest.update(path.name.encode() + path.read_bytes())
     out = out or _cache() / f"{target}-K{words}-P{pool}-{digest.hexdigest()[:12]}"
     program = src / PROGRAMS[target]
-    pipeline, p4info = out / (program.stem + ".json"), out / (program.stem + ".p4info.txtpb")
-    warnings_file = out / "p4c.stderr"
-    if not (pipeline.exists() and p4info.exists()):
+    p4info = out / (program.stem + ".p4info.txtpb")
+    outputs = _outputs(target, out, program)
+    warnings_file = out / "compiler.stderr"
+    if not (all(path.exists() for path in outputs) and p4info.exists()):
         out.mkdir(parents=True, exist_ok=True)
-        command = [p4c, "--target", target, "--arch", "v1model", "--std", "p4-16", f"-DWORDS={words}",
+        command = [compiler, "--target", target, "--arch", ARCHITECTURES[target], "--std", "p4-16", f"-DWORDS={words}",
                    f"-DPOOL={pool}", "-I", str(src), "-o", str(out), "--p4runtime-files", str(p4info), str(program)]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{COMPILERS[target]} did not finish within {timeout:g} s ({' '.join(command)})") from None
         if done.returncode != 0:
-            raise BuildError(f"p4c failed ({' '.join(command)}):\n{done.stderr or done.stdout}")
+            raise BuildError(f"{COMPILERS[target]} failed ({' '.join(command)}):\n{done.stderr or done.stdout}")
+        missing = [str(path) for path in outputs if not path.exists()]
+        if missing:
+            raise BuildError(f"{COMPILERS[target]} exited 0 but did not write {', '.join(missing)}:\n{done.stderr or done.stdout}")
         warnings_file.write_text(done.stderr)
-    return Build(target, words, pool, pipeline, p4info, warnings_file.read_text() if warnings_file.exists() else "")
+    warnings = warnings_file.read_text() if warnings_file.exists() else ""
+    if target == "tofino":
+        return Build(target, words, pool, outputs[0], p4info, warnings, TofinoOutputs(*outputs))
+    return Build(target, words, pool, outputs[0], p4info, warnings)
+
+
+def _outputs(target: str, out: Path, program: Path) -> list[Path]:
+    """The files a successful build leaves in `out`: the pipeline first."""
+    if target == "tofino":
+        pipe = out / "pipe"
+        return [pipe / "tofino.bin", pipe / "context.json", out / "bfrt.json", pipe / "logs" / "resources.json"]
+    return [out / (program.stem + ".json")]
 
 
 def _cache() -> Path:

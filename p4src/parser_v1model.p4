@@ -1,8 +1,8 @@
 /* The v1model parser, deparser and checksum controls: Ethernet, IPv4, UDP to INA_PORT, the ina
- * header, and for DATA its WORDS payload words. A packet too short for what it claims is a parser
- * error, which Validate counts as malformed. */
-#ifndef INA_PARSER_P4
-#define INA_PARSER_P4
+ * header, and for DATA its WORDS payload words (parser_tna.p4 parses the same). A packet too short
+ * for what it claims is a parser error, which Validate counts as malformed. */
+#ifndef INA_PARSER_V1MODEL_P4
+#define INA_PARSER_V1MODEL_P4
 
 parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {
     state start {
@@ -15,8 +15,8 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
-            (4w5, 13w0, IP_PROTO_UDP): parse_udp;
+        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (4w4, 4w5, 13w0, IP_PROTO_UDP): parse_udp;
             default: accept;
         }
     }

@@ -1,0 +1,79 @@
+"""BMv2 as a `Device`: P4Runtime for the program, table entries, multicast groups and packet-out;
+BMv2's Thrift API for what its P4Runtime server does not serve (registers, counters by name,
+queue depths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ina.p4.bmv2 import CPU_PORT, Bmv2Process
+from ina.p4.build import Build
+from ina.p4.device import DELETE, INSERT, MODIFY
+from ina.p4.entries import Group, TableEntry
+from ina.p4.registers import Bmv2Thrift
+from ina.p4.runtime import P4Info, P4RuntimeClient, Update
+
+QUEUE_DEPTH = 4096
+"""Packets each BMv2 egress queue holds: a window of RESULT copies to every worker and the PS."""
+_UPDATES = {INSERT: Update.INSERT, MODIFY: Update.MODIFY, DELETE: Update.DELETE}
+
+
+class Bmv2Device:
+    """simple_switch_grpc reached over P4Runtime and Thrift; the program's arrays are `ina_<name>`."""
+
+    target = "bmv2"
+    cpu_port = CPU_PORT
+
+    def __init__(self, runtime: P4RuntimeClient, thrift: Bmv2Thrift, bmv2: Bmv2Process | None = None) -> None:
+        self.runtime, self.thrift, self.bmv2 = runtime, thrift, bmv2
+        self.info: P4Info | None = None
+
+    @classmethod
+    def start(cls, interfaces: Mapping[int, str], log: Path | None = None) -> Bmv2Device:
+        """Start simple_switch_grpc on `interfaces` (port -> Linux interface) and connect to it; the
+        device stops it on `close()`."""
+        if not interfaces:
+            raise ValueError("the BMv2 switch needs ports: give --interface PORT@IFACE for each")
+        bmv2 = Bmv2Process(interfaces, log=log)
+        opened: list = [bmv2]
+        try:
+            opened.append(P4RuntimeClient(bmv2.grpc_address))
+            opened.append(Bmv2Thrift("127.0.0.1", bmv2.thrift_port))
+        except BaseException:
+            for part in reversed(opened):
+                part.close()
+            raise
+        return cls(opened[1], opened[2], bmv2)
+
+    def load(self, program: Build) -> None:
+        self.thrift.set_queue_depths(QUEUE_DEPTH)
+        self.info = self.runtime.set_pipeline(program.p4info, program.pipeline)
+
+    def updates(self, change: str, items: Sequence[TableEntry | Group]) -> list:
+        """The P4Runtime updates that make `change` to `items`."""
+        assert self.info is not None, "load() the program first"
+        kind = _UPDATES[change]
+        return [self.runtime.group_update(kind, item.group, list(item.replicas)) if isinstance(item, Group)
+                else self.runtime.table_update(kind, self.info.entry(item.table, item.match, item.action, item.params))
+                for item in items]  # fmt: skip
+
+    def write(self, change: str, items: Sequence[TableEntry | Group]) -> None:
+        self.runtime.write(*self.updates(change, items))
+
+    def registers(self, name: str) -> list[int]:
+        return self.thrift.registers(f"ina_{name}")
+
+    def write_register(self, name: str, index: int, value: int) -> None:
+        self.thrift.write_register(f"ina_{name}", index, value)
+
+    def counter(self, name: str, index: int) -> int:
+        return self.thrift.counter(f"ina_{name}", index)
+
+    def packet_out(self, frame: bytes) -> None:
+        self.runtime.packet_out(frame)
+
+    def close(self) -> None:
+        for part in (self.runtime, self.thrift, self.bmv2):
+            if part is not None:
+                part.close()

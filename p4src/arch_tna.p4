@@ -1,0 +1,60 @@
+/* How the shared controls' stateful steps are written on TNA (Tofino): each is a RegisterAction on
+ * one register entry, so a pass reads and writes every register once, with the comparisons and the
+ * single output a stateful ALU has (docs/p4.md, "Tofino"). arch_v1model.p4 writes the same bodies
+ * for BMv2. */
+#ifndef INA_ARCH_TNA_P4
+#define INA_ARCH_TNA_P4
+
+#define INA_ARCH_TNA
+#define INA_CARRY_HEADER
+
+/* One stateful ALU a value word, since each answers one 32-bit word a pass: the ingress has 31 after
+ * the slot decision (stages 0-3 decide, stage 4 has the priority and three words, stages 5-11 four
+ * each). The egress sums none (docs/p4.md, "Egress words"): packets of one slot can pass each other in
+ * different ports' queues on their way there, and its parser reaches only a frame's first 160 bytes. */
+#define INGRESS_WORD_ALUS 31
+#define EGRESS_WORDS_MAX 0
+#if WORDS > INGRESS_WORD_ALUS + EGRESS_WORDS_MAX
+#error "WORDS (K) must be at most 31 on Tofino 1: a stateful ALU a word, 31 after the slot decision (docs/p4.md, Tofino)"
+#endif
+#ifndef EGRESS_WORDS
+#if WORDS > INGRESS_WORD_ALUS
+#define EGRESS_WORDS (WORDS - INGRESS_WORD_ALUS)
+#else
+#define EGRESS_WORDS 0
+#endif
+#endif
+
+#define INA_REGISTER(T, inst, pname) @name(pname) Register<T, bit<16>>(POOL) inst;
+#define INA_PAIR_REGISTER(inst, pname) @name(pname) Register<pair_t, bit<16>>(POOL) inst;
+
+#define INA_ACTION(T, U, reg, act) RegisterAction<T, bit<16>, U>(reg) act = { void apply(inout T value, out U rv) {
+#define INA_UPDATE(T, reg, act) RegisterAction<T, bit<16>, bit<8>>(reg) act = { void apply(inout T value) {
+#define INA_END(reg) } };
+#define INA_PAIR_ACTION(U, reg, act) INA_ACTION(pair_t, U, reg, act)
+#define INA_PAIR_UPDATE(reg, act) INA_UPDATE(pair_t, reg, act)
+#define INA_PAIR_END(reg) INA_END(reg)
+
+#define INA_RUN(dst, act) dst = act.execute(meta.slot)
+#define INA_DO(act) act.execute(meta.slot)
+#ifdef INA_TESTGEN
+/* p4testgen's cases are of a registered job: the control plane writes only such entries
+ * (ina/p4/entries.py), and p4testgen would otherwise choose any values. */
+extern void testgen_assume(in bool check);
+#define INA_ASSUME(check) testgen_assume(check)
+/* p4testgen cannot evaluate `this.predicate()` ("Cast failed: this with type This is not a
+ * PathExpression"): for it, the predicate is written as its encoding, as on v1model. */
+#define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
+#define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
+#else
+#define INA_ASSUME(check)
+#define INA_PREDICATE(lo, hi) this.predicate(lo, hi)
+#define INA_PREDICATE1(lo) this.predicate(lo)
+#endif
+
+/* bf-p4c wants every table's size, constant tables' too (p4c warns on one there) */
+#define INA_CONST_TABLE_SIZE(n) size = n;
+
+#define INA_COUNTER(inst, pname, size) @name(pname) Counter<bit<32>, bit<32>>(size, CounterType_t.PACKETS) inst;
+
+#endif

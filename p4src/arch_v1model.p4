@@ -1,0 +1,49 @@
+/* How the shared controls' stateful steps are written on v1model (BMv2): each "register action" is
+ * an action that reads the slot's register entry, runs the same body as the Tofino RegisterAction,
+ * and writes it back, so BMv2 runs the very decisions the Tofino program runs (docs/p4.md). */
+#ifndef INA_ARCH_V1MODEL_P4
+#define INA_ARCH_V1MODEL_P4
+
+#define INA_ARCH_V1MODEL
+
+/* No egress words (docs/p4.md, "Egress words"): between the ingress and the egress, packets of one
+ * slot can pass each other in different ports' queues, so an egress word could be summed out of the
+ * order the slot decision took. */
+#ifndef EGRESS_WORDS
+#define EGRESS_WORDS 0
+#endif
+
+#define INA_REGISTER(T, inst, pname) @name(pname) register<T>(POOL) inst;
+#define INA_PAIR_REGISTER(inst, pname) @name(pname) register<bit<64>>(POOL) inst;
+
+/* A register action with an output `rv`, one without, and one on a pair entry: `value` is the entry. */
+#define INA_ACTION(T, U, reg, act) action act(out U rv) { T value; reg.read(value, (bit<32>)meta.slot);
+#define INA_UPDATE(T, reg, act) action act() { T value; reg.read(value, (bit<32>)meta.slot);
+#define INA_END(reg) reg.write((bit<32>)meta.slot, value); }
+#define INA_PAIR_ACTION(U, reg, act) action act(out U rv) { pair_t value; bit<64> cell; reg.read(cell, (bit<32>)meta.slot); \
+    value.lo = cell[31:0]; value.hi = cell[63:32];
+#define INA_PAIR_UPDATE(reg, act) action act() { pair_t value; bit<64> cell; reg.read(cell, (bit<32>)meta.slot); \
+    value.lo = cell[31:0]; value.hi = cell[63:32];
+#define INA_PAIR_END(reg) reg.write((bit<32>)meta.slot, value.hi ++ value.lo); }
+
+#define INA_ASSUME(check)
+#define INA_RUN(dst, act) act(dst)
+#define INA_DO(act) act()
+#define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
+#define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
+
+/* The value words: one array, word i of slot s at s * WORDS + i; one action per word step, whose
+ * body (values.p4) is the Tofino RegisterAction's. */
+#define INA_WORD_REGISTERS @name(".ina_value") register<bit<32>>(POOL * WORDS) words_register;
+#define INA_WORD_STEP_ACTION(act, BODY) \
+    action act(in bit<32> i, inout bit<32> word) { \
+        bit<32> value; bit<32> rv = word; \
+        words_register.read(value, (bit<32>)meta.slot * WORDS + i); BODY(word) words_register.write((bit<32>)meta.slot * WORDS + i, value); \
+        word = rv; \
+    }
+
+#define INA_CONST_TABLE_SIZE(n)  /* p4c warns on a constant table's size; bf-p4c wants it */
+
+#define INA_COUNTER(inst, pname, size) @name(pname) counter(size, CounterType.packets) inst;
+
+#endif

@@ -1,0 +1,82 @@
+/* The switch's own settings, and the ingress that strings the shared controls together: the same
+ * for every architecture, between the top-level programs' mapping of their intrinsic metadata. */
+#ifndef INA_IDENTITY_P4
+#define INA_IDENTITY_P4
+
+/* The switch's own address, and the policy (1 = esa, 0 = atp), set by the control plane. */
+control Identity(inout ina_meta_t meta) {
+    @name(".ina_identity")
+    action identity(bit<32> ip, bit<48> mac, bit<1> esa) {
+        meta.switch_ip = ip;
+        meta.switch_mac = mac;
+        meta.esa = esa;
+    }
+
+    @name(".ina_switch")
+    table switch_identity {
+        actions = { identity; }
+        default_action = identity(0, 0, 1);
+        size = 1;
+    }
+
+    apply {
+        switch_identity.apply();
+    }
+}
+
+control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
+    Identity() identity;
+    CpuPort() cpu_port;
+    Validate() validate;
+    JobChecks() job_checks;
+    SlotDecision() slots;
+    IngressWords() words;
+    ChooseSlotAction() choose;
+    Decide() decide;
+    Outputs() outputs;
+    Count() count;
+    L2Forwarding() l2;
+
+    apply {
+        meta.drop = 0;
+        meta.egress_port = 0;
+        meta.mcast_group = 0;
+        if (meta.is_ina == 0) {
+            l2.apply(hdr, meta);
+        } else if (CARRY.pass == PASS_REPLICATE) {
+            /* a RESULT whose last words the egress summed: replicate it */
+            CARRY.pass = PASS_FIRST;
+            CARRY.eg_action = SLOT_NONE;
+            CARRY.out_kind = OUT_RESULT;
+            meta.mcast_group = CARRY.group;
+        } else {
+            bit<1> arrived = 0;
+            if (CARRY.pass == PASS_FIRST) {
+                arrived = 1;
+            }
+            meta.outcome = NO_OUTCOME;
+            meta.event = NO_EVENT;
+            identity.apply(meta);
+            cpu_port.apply(meta);
+            validate.apply(hdr, meta);
+            if (meta.outcome == NO_OUTCOME) {
+                job_checks.apply(hdr, meta);
+            }
+            if (meta.outcome == NO_OUTCOME) {
+                slots.apply(hdr, meta);
+                choose.apply(hdr, meta);
+                words.apply(hdr, meta);
+                decide.apply(hdr, meta);
+                if (meta.output != OUT_RECIRC) {
+                    CARRY.pass = PASS_FIRST;
+                }
+                outputs.apply(hdr, meta);
+            } else {
+                meta.drop = 1;
+            }
+            count.apply(meta, arrived);
+        }
+    }
+}
+
+#endif

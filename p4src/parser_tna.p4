@@ -1,0 +1,152 @@
+/* The TNA parsers and deparsers: the frames of parser_v1model.p4, behind the bridge header
+ * (headers.p4) that tells a later pass and the egress what the ingress decided. A frame from a
+ * front port gets a fresh bridge; one from the recirculation port brings its own. */
+#ifndef INA_PARSER_TNA_P4
+#define INA_PARSER_TNA_P4
+
+/* Ethernet, IPv4, UDP to INA_PORT, up to the ina header: the states every path shares, named
+ * P_ethernet, P_ipv4, P_udp; each path has its own P_ina, which decides which words to extract. */
+#define INA_FRAME_STATES(P) \
+    state P##_ethernet { \
+        packet.extract(hdr.ethernet); \
+        transition select(hdr.ethernet.ether_type) { \
+            ETHERTYPE_IPV4: P##_ipv4; \
+            default: accept; \
+        } \
+    } \
+    state P##_ipv4 { \
+        packet.extract(hdr.ipv4); \
+        transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) { \
+            (4w4, 4w5, 13w0, IP_PROTO_UDP): P##_udp; \
+            default: accept; \
+        } \
+    } \
+    state P##_udp { \
+        packet.extract(hdr.udp); \
+        transition select(hdr.udp.dst_port) { \
+            INA_PORT: P##_ina; \
+            default: accept; \
+        } \
+    }
+
+parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
+                        out ingress_intrinsic_metadata_t ig_intr_md) {
+
+    state start {
+        packet.extract(ig_intr_md);
+        packet.advance(PORT_METADATA_SIZE);
+        transition select(ig_intr_md.ingress_port) {
+            RECIRC_PORT: recirculated;
+            default: fresh;
+        }
+    }
+
+    state recirculated {
+        packet.extract(hdr.bridge);
+        transition again_ethernet;
+    }
+
+    state fresh {
+        hdr.bridge.setValid();
+        hdr.bridge.pass = PASS_FIRST;
+        hdr.bridge.claim_kind = CLAIM_FREE;
+        hdr.bridge.expect_id = 0;
+        hdr.bridge.expect_seq = 0;
+        hdr.bridge.eg_action = SLOT_NONE;
+        hdr.bridge.eg_slot = 0;
+        hdr.bridge.group = 0;
+        hdr.bridge.out_kind = OUT_DROP;
+        hdr.bridge.parse_words = 0;
+        hdr.bridge.from_port = 0;
+        transition fresh_ethernet;
+    }
+
+    INA_FRAME_STATES(fresh)
+    INA_FRAME_STATES(again)
+
+    /* a DATA's K words */
+    state fresh_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.ina.kind) {
+            KIND_DATA: parse_words;
+            default: accept;
+        }
+    }
+
+    /* a later pass: a DATA's K words, or a RESULT's, back to be replicated */
+    state again_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.ina.kind) {
+            KIND_DATA: parse_words;
+            KIND_RESULT: parse_words;
+            default: accept;
+        }
+    }
+
+    state parse_words {
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+        transition accept;
+    }
+}
+
+control InaIngressDeparser(packet_out packet, inout headers_t hdr, in ina_meta_t meta,
+                           in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    apply {
+        packet.emit(hdr);
+    }
+}
+
+parser InaEgressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
+                       out egress_intrinsic_metadata_t eg_intr_md) {
+    state start {
+        packet.extract(eg_intr_md);
+        packet.extract(hdr.bridge);
+        transition eg_ethernet;
+    }
+
+    INA_FRAME_STATES(eg)
+
+    /* the egress words, when the ingress left the egress to sum or read them; the rest of the frame
+     * goes through as payload */
+    state eg_ina {
+        meta.is_ina = 1;
+        packet.extract(hdr.ina);
+        transition select(hdr.bridge.parse_words) {
+            1: parse_egress_words;
+            default: accept;
+        }
+    }
+
+    state parse_egress_words {
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#define INA_EACH_WORD_COUNT EGRESS_WORDS
+#include "each_word.p4"
+#undef INA_EACH_WORD_COUNT
+#undef WORD_STEP
+        transition accept;
+    }
+}
+
+/* The egress deparser: the bridge goes along only into the recirculation port (the egress control
+ * invalidates it otherwise); the IPv4 checksum covers the addresses the ingress and egress wrote
+ * (UDP checksums are zeroed). */
+control InaEgressDeparser(packet_out packet, inout headers_t hdr, in ina_meta_t meta,
+                          in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() ipv4_checksum;
+
+    apply {
+        if (hdr.ipv4.isValid()) {
+            hdr.ipv4.checksum = ipv4_checksum.update({
+                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
+                hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
+                hdr.ipv4.protocol, hdr.ipv4.src, hdr.ipv4.dst});
+        }
+        packet.emit(hdr);
+    }
+}
+
+#endif

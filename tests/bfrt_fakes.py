@@ -1,0 +1,82 @@
+"""Test doubles of the SDE's BfRt Python client (`bfrt_grpc.client`), recording what the Tofino
+controller writes, for the tests that run it without a switch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from ina.p4.build import Build, TofinoOutputs
+
+
+def tofino_build(words: int, pool: int, folder: Path) -> Build:
+    """A Tofino build's record, for a device that never reads its files."""
+    outputs = TofinoOutputs(folder / "tofino.bin", folder / "context.json", folder / "bfrt.json", folder / "resources.json")
+    return Build("tofino", words, pool, outputs.binary, folder / "ina_tna.p4info.txtpb", "", outputs)
+
+
+class FakeTable:
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+
+    def make_key(self, fields):
+        return tuple(sorted((f.name, f.value) for f in fields))
+
+    def make_data(self, fields, action=None):
+        return action, tuple(sorted((f.name, f.value) for f in fields))
+
+    def entry_add(self, target, keys, datas):
+        self._entries("insert", keys, datas)
+
+    def entry_mod(self, target, keys, datas):
+        self._entries("modify", keys, datas)
+
+    def entry_del(self, target, keys):
+        self._entries("delete", keys, [None] * len(keys))
+
+    def default_entry_set(self, target, data):
+        self.log.append(("modify", self.name, (), data[0], data[1]))
+
+    def entry_get(self, target, keys, flags):
+        return iter(())
+
+    def _entries(self, change, keys, datas):
+        for key, data in zip(keys, datas):
+            self.log.append((change, self.name, key) + (data or (None, ())))
+
+
+def fake_gc(log: list) -> SimpleNamespace:
+    class Tuple:
+        def __init__(self, name, value=None, int_arr_val=None, bool_arr_val=None):
+            self.name = name
+            self.value = value if value is not None else tuple(int_arr_val if int_arr_val is not None else bool_arr_val)
+
+    tables: dict[str, FakeTable] = {}
+    info = SimpleNamespace(table_get=lambda name: tables.setdefault(name, FakeTable(name, log)))
+    client = SimpleNamespace(send_set_forwarding_pipeline_config_request=lambda *args: True,
+                             bind_pipeline_config=lambda name: None, bfrt_info_get=lambda name: info,
+                             tear_down_stream=lambda: None)  # fmt: skip
+    request = SimpleNamespace(VERIFY_AND_WARM_INIT_BEGIN_AND_END=0)
+    return SimpleNamespace(KeyTuple=Tuple, DataTuple=Tuple, Target=lambda **kw: kw, client=client,
+                           ProfileInfo=lambda *args: args, ForwardingConfig=lambda *args: args,
+                           bfruntime_pb2=SimpleNamespace(SetForwardingPipelineConfigRequest=request))  # fmt: skip
+
+
+def tofino_view(log: list) -> list[tuple]:
+    """The BfRt writes in the P4Runtime decoding's form: table entries as they are, each group as the
+    `$pre.mgid` write with its nodes' (port, replica id) pairs."""
+    nodes: dict[int, tuple[int, int]] = {}
+    view = []
+    for change, table, key, action, data in log:
+        if table == "$pre.node":
+            fields = dict(data)
+            if change != "delete":
+                nodes[dict(key)["$MULTICAST_NODE_ID"]] = (fields["$DEV_PORT"][0], fields["$MULTICAST_RID"])
+        elif table == "$pre.mgid":
+            group = dict(key)["$MGID"]
+            ids = dict(data).get("$MULTICAST_NODE_ID", ())
+            replicas = tuple(nodes[node] for node in ids) if change != "delete" else None
+            view.append((change, "group", group, replicas))
+        else:
+            view.append((change, table, key, action, data) if change != "delete" else (change, table, key))
+    return view

@@ -1,0 +1,121 @@
+"""One job-to-entries translation for every P4 target: what the controller gives BMv2 (P4Runtime
+updates) and Tofino (BfRt writes), decoded back from each device's own wire form, is the same
+through registrations and removals under every policy."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from bfrt_fakes import fake_gc, tofino_build, tofino_view
+
+from ina.control import Endpoint, JobSpec
+from ina.p4 import toolchain
+from ina.p4.entries import Route
+from ina.switch.config import SwitchConfig
+
+pytest.importorskip("p4.v1.p4runtime_pb2", reason="needs the 'p4' extra (P4Runtime protobufs)")
+from ina.p4.runtime import P4RuntimeClient  # noqa: E402  (after the skip)
+
+needs_p4c = pytest.mark.skipif(toolchain.missing("p4c") is not None, reason=toolchain.missing("p4c") or "")
+
+POOL, WORDS = 8, 4
+SWITCH_IP, SWITCH_MAC = "10.0.0.254", "02:00:00:00:00:fe"
+ROUTES = [Route("10.0.0.1", "02:00:00:00:00:01", 1), Route("10.0.0.2", "02:00:00:00:00:02", 2), Route("10.0.0.3", "02:00:00:00:00:03", 3)]
+
+
+# -- BMv2: a P4Runtime client that records its updates, decoded through the P4Info --------------------
+
+
+class RecordingRuntime:
+    def __init__(self) -> None:
+        self.log: list[tuple] = []
+
+    def set_pipeline(self, p4info: Path, pipeline: Path):
+        from ina.p4.runtime import P4Info
+
+        self.info = P4Info.load(p4info)
+        return self.info
+
+    def write(self, *updates) -> None:
+        self.log += [self._decode(update) for update in updates]
+
+    def _decode(self, update) -> tuple:
+        from ina.p4.runtime import DELETE, INSERT, MODIFY
+
+        change = {INSERT: "insert", MODIFY: "modify", DELETE: "delete"}[update.type]
+        entity = update.entity
+        if entity.HasField("packet_replication_engine_entry"):
+            group = entity.packet_replication_engine_entry.multicast_group_entry
+            return change, "group", group.multicast_group_id, tuple((r.egress_port, r.instance) for r in group.replicas)
+        entry = entity.table_entry
+        table = next(t for t in self.info.tables.values() if t.preamble.id == entry.table_id)
+        fields = {f.id: f.name for f in table.match_fields}
+        action = next(a for a in self.info.actions.values() if a.preamble.id == entry.action.action.action_id)
+        params = {p.id: p.name for p in action.params}
+        match = {fields[m.field_id]: int.from_bytes(m.exact.value, "big") for m in entry.match}
+        values = {params[p.param_id]: int.from_bytes(p.value, "big") for p in entry.action.action.params}
+        return change, table.preamble.name, tuple(sorted(match.items())), action.preamble.name, tuple(sorted(values.items()))
+
+    table_update = staticmethod(P4RuntimeClient.table_update)
+    group_update = staticmethod(P4RuntimeClient.group_update)
+
+    def close(self) -> None:
+        pass
+
+
+class ZeroRegisters:
+    """BMv2's Thrift API with every register at 0 (no slot holds a job)."""
+
+    def set_queue_depths(self, packets: int) -> None:
+        pass
+
+    def registers(self, name: str) -> list[int]:
+        return [0] * POOL
+
+    def close(self) -> None:
+        pass
+
+
+def bmv2_view(log: list[tuple]) -> list[tuple]:
+    """Deletions without their data, as BfRt takes them."""
+    return [entry[:3] if entry[0] == "delete" and entry[1] != "group" else
+            (entry[0], "group", entry[2], None) if entry[0] == "delete" else entry for entry in log]  # fmt: skip
+
+
+def jobs() -> list[JobSpec]:
+    def spec(job: int, hosts: list[str], window: int, priority_cap: int = 255) -> JobSpec:
+        return JobSpec(job, tuple(Endpoint(h, 10000 + job * 10 + r) for r, h in enumerate(hosts)), window,
+                       priority_cap=priority_cap, ps=Endpoint("10.0.0.3", 20000 + job))  # fmt: skip
+
+    return [spec(1, ["10.0.0.1", "10.0.0.2"], 2, 9), spec(2, ["10.0.0.1", "10.0.0.1", "10.0.0.2"], 3), spec(3, ["10.0.0.2"], 2)]
+
+
+@needs_p4c
+@pytest.mark.parametrize("policy", ["esa", "atp", "static"])
+def test_both_targets_are_given_the_same_entries_for_every_registration_and_removal(policy, tmp_path):
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.build import build
+    from ina.p4.controller import P4Switch
+    from ina.p4.tofino_device import TofinoDevice
+
+    config = SwitchConfig(pool=POOL, words=WORDS, policy=policy)
+    runtime, bfrt_log = RecordingRuntime(), []
+    gc = fake_gc(bfrt_log)
+    bmv2 = P4Switch(config, Bmv2Device(runtime, ZeroRegisters()), SWITCH_IP, SWITCH_MAC, ROUTES, build(WORDS, POOL))
+    tofino_device = TofinoDevice(gc.client, gc, "cpu0", cpu_port=Bmv2Device.cpu_port)
+    tofino_device.registers = lambda name: [0] * POOL  # no slot holds a job
+    tofino = P4Switch(config, tofino_device, SWITCH_IP, SWITCH_MAC, ROUTES, tofino_build(WORDS, POOL, tmp_path))
+
+    first, second, third = jobs()
+    for step in (lambda s: s.register(first), lambda s: s.register(second), lambda s: s.deregister(1),
+                 lambda s: s.register(third), lambda s: s.deregister(2), lambda s: s.register(first)):  # fmt: skip
+        assert step(bmv2) == step(tofino)
+    written = bmv2_view(runtime.log)
+    assert written == tofino_view(bfrt_log)
+    assert written[0][:2] == ("modify", "ina_switch")
+    changes = Counter(entry[0] for entry in written)
+    assert changes["delete"] > 0 and changes["insert"] > changes["delete"]
+    tables = {entry[1] for entry in written}
+    assert {"ina_jobs", "ina_workers", "ina_victims", "ina_replicas", "ina_routes", "ina_l2", "ina_cpu_ports", "group"} <= tables
