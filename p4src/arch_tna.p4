@@ -10,30 +10,18 @@
 
 /* One stateful ALU a value word, since each answers one 32-bit word a pass: the ingress has 31 after
  * the slot decision (stages 0-3 decide, stage 4 has the priority and three words, stages 5-11 four
- * each). The egress sums none (docs/p4.md, "Egress words"): packets of one slot can pass each other in
- * different ports' queues on their way there, and its parser reaches only a frame's first 160 bytes. */
+ * each). The egress sums none (docs/p4.md, "Tofino"): packets of one slot can pass each other in
+ * different ports' queues on their way there. */
 #define INGRESS_WORD_ALUS 31
-#define EGRESS_WORDS_MAX 0
-#if WORDS > INGRESS_WORD_ALUS + EGRESS_WORDS_MAX
-#error "WORDS (K) must be at most 31 on Tofino 1: a stateful ALU a word, 31 after the slot decision (docs/p4.md, Tofino)"
-#endif
-#ifndef EGRESS_WORDS
 #if WORDS > INGRESS_WORD_ALUS
-#define EGRESS_WORDS (WORDS - INGRESS_WORD_ALUS)
-#else
-#define EGRESS_WORDS 0
-#endif
+#error "WORDS (K) must be at most 31 on Tofino 1: a stateful ALU a word, 31 after the slot decision (docs/p4.md, Tofino)"
 #endif
 
 #define INA_REGISTER(T, inst, pname) @name(pname) Register<T, bit<16>>(POOL) inst;
-#define INA_PAIR_REGISTER(inst, pname) @name(pname) Register<pair_t, bit<16>>(POOL) inst;
 
 #define INA_ACTION(T, U, reg, act) RegisterAction<T, bit<16>, U>(reg) act = { void apply(inout T value, out U rv) {
 #define INA_UPDATE(T, reg, act) RegisterAction<T, bit<16>, bit<8>>(reg) act = { void apply(inout T value) {
 #define INA_END(reg) } };
-#define INA_PAIR_ACTION(U, reg, act) INA_ACTION(pair_t, U, reg, act)
-#define INA_PAIR_UPDATE(reg, act) INA_UPDATE(pair_t, reg, act)
-#define INA_PAIR_END(reg) INA_END(reg)
 
 #define INA_RUN(dst, act) dst = act.execute(meta.slot)
 #define INA_DO(act) act.execute(meta.slot)

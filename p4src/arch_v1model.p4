@@ -6,25 +6,12 @@
 
 #define INA_ARCH_V1MODEL
 
-/* No egress words (docs/p4.md, "Egress words"): between the ingress and the egress, packets of one
- * slot can pass each other in different ports' queues, so an egress word could be summed out of the
- * order the slot decision took. */
-#ifndef EGRESS_WORDS
-#define EGRESS_WORDS 0
-#endif
-
 #define INA_REGISTER(T, inst, pname) @name(pname) register<T>(POOL) inst;
-#define INA_PAIR_REGISTER(inst, pname) @name(pname) register<bit<64>>(POOL) inst;
 
-/* A register action with an output `rv`, one without, and one on a pair entry: `value` is the entry. */
+/* A register action with an output `rv`, and one without: `value` is the entry. */
 #define INA_ACTION(T, U, reg, act) action act(out U rv) { T value; reg.read(value, (bit<32>)meta.slot);
 #define INA_UPDATE(T, reg, act) action act() { T value; reg.read(value, (bit<32>)meta.slot);
 #define INA_END(reg) reg.write((bit<32>)meta.slot, value); }
-#define INA_PAIR_ACTION(U, reg, act) action act(out U rv) { pair_t value; bit<64> cell; reg.read(cell, (bit<32>)meta.slot); \
-    value.lo = cell[31:0]; value.hi = cell[63:32];
-#define INA_PAIR_UPDATE(reg, act) action act() { pair_t value; bit<64> cell; reg.read(cell, (bit<32>)meta.slot); \
-    value.lo = cell[31:0]; value.hi = cell[63:32];
-#define INA_PAIR_END(reg) reg.write((bit<32>)meta.slot, value.hi ++ value.lo); }
 
 #define INA_ASSUME(check)
 #define INA_RUN(dst, act) act(dst)

@@ -28,7 +28,6 @@ control Count(in ina_meta_t meta, in bit<1> arrived) {
 /* The egress: the last value words, each RESULT copy's destination, transmitted packets. */
 control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     INA_COUNTER(tx, ".ina_tx", 1)
-    EgressWords() words;
 
     @name(".ina_replica")
     action replica(bit<32> ip, bit<16> port, bit<48> mac) {
@@ -55,14 +54,8 @@ control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {
 
     apply {
         meta.drop = 0;
-        meta.slot = CARRY.eg_slot;
-        if (hdr.ina.isValid() && CARRY.out_kind != OUT_TO_PS) {
-            words.apply(hdr, meta);
-        }
         if (CARRY.out_kind == OUT_RECIRC) {
             /* the architecture recirculates it */
-        } else if (hdr.ina.isValid() && CARRY.out_kind == OUT_DROP) {
-            meta.drop = 1;  /* the egress words were all it came for */
         } else if (hdr.ina.isValid() && CARRY.out_kind == OUT_RESULT) {
             if (replicas.apply().hit) {
                 tx.count(0);

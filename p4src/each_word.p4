@@ -1,12 +1,8 @@
-/* Expands WORD_STEP(i) for i = 0 .. N-1, N = INA_EACH_WORD_COUNT if the caller defines it, else
- * WORDS (the caller defines WORD_STEP, includes this file, then undefines it). P4 has no loops a
+/* Expands WORD_STEP(i) for i = 0 .. WORDS-1 (the caller defines WORD_STEP, includes this file, then
+ * undefines it). P4 has no loops a
  * target must support, and N is a compile-time parameter, so the words are unrolled here by its
  * binary digits. */
-#ifdef INA_EACH_WORD_COUNT
-#define INA_N (INA_EACH_WORD_COUNT)
-#else
 #define INA_N WORDS
-#endif
 #define INA_REP1(M, b) M(b)
 #define INA_REP2(M, b) INA_REP1(M, b) INA_REP1(M, (b) + 1)
 #define INA_REP4(M, b) INA_REP2(M, b) INA_REP2(M, (b) + 2)

@@ -2,9 +2,8 @@
  *
  * Compile-time parameters (set with -D by `ina p4 build`):
  *   POOL           aggregator slots P, a power of two (default 64)
- *   WORDS          32-bit payload words per packet K, 1..256 (default 64; at most 64 on Tofino)
- *   EGRESS_WORDS   how many of the K value words (the first ones) the egress sums; the ingress
- *                  sums the rest (default: arch_tna.p4 and arch_v1model.p4 say)
+ *   WORDS          32-bit payload words per packet K, 1..256 (default 64; at most 31 on Tofino 1,
+ *                  arch_tna.p4)
  */
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4
@@ -132,12 +131,6 @@ header word_h {
     bit<32> value;
 }
 
-/* A 64-bit register entry: two 32-bit words that one stateful ALU reads and writes together. */
-struct pair_t {
-    bit<32> lo;
-    bit<32> hi;
-}
-
 /* What a later pass, or the egress, must know of a packet (docs/p4.md, "Passes"). On TNA it travels
  * as a header in front of the frame; on v1model in metadata that recirculation preserves. */
 #define INA_CARRIED_FIELDS(ANNOTATION) \
@@ -145,11 +138,8 @@ struct pair_t {
     ANNOTATION bit<8>  claim_kind;    /* PASS_CLAIM: CLAIM_* */ \
     ANNOTATION bit<32> expect_id;     /* PASS_CLAIM: the key the first pass saw in the slot */ \
     ANNOTATION bit<32> expect_seq; \
-    ANNOTATION bit<8>  eg_action;     /* SLOT_*: what the egress words do */ \
-    ANNOTATION bit<16> eg_slot;       /* their slot */ \
-    ANNOTATION bit<16> group;         /* PASS_REPLICATE: the job's multicast group */ \
+    ANNOTATION bit<16> group;         /* the job's multicast group (the egress's replica table) */ \
     ANNOTATION bit<8>  out_kind;      /* OUT_*: what leaves */ \
-    ANNOTATION bit<8>  parse_words;   /* TNA's egress parser: 1 if the frame carries the egress words */ \
     ANNOTATION bit<16> from_port;     /* the port the frame came in by (Ethernet flooding) */
 
 #define INA_NO_ANNOTATION

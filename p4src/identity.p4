@@ -43,12 +43,6 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
         meta.mcast_group = 0;
         if (meta.is_ina == 0) {
             l2.apply(hdr, meta);
-        } else if (CARRY.pass == PASS_REPLICATE) {
-            /* a RESULT whose last words the egress summed: replicate it */
-            CARRY.pass = PASS_FIRST;
-            CARRY.eg_action = SLOT_NONE;
-            CARRY.out_kind = OUT_RESULT;
-            meta.mcast_group = CARRY.group;
         } else {
             bit<1> arrived = 0;
             if (CARRY.pass == PASS_FIRST) {

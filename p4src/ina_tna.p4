@@ -2,12 +2,12 @@
  * (docs/p4.md lists what differs between the two and why), with this file mapping TNA's intrinsic
  * metadata to their fields and back:
  *
- *   ingress  stage 0 the tables; 1-4 the slot registers (slots.p4); 4-11 the value words after the
- *            first EGRESS_WORDS (values.p4); the decision and the header rewrite (outputs.p4)
- *   egress   the first EGRESS_WORDS value words, RESULT copies' destinations, tx
+ *   ingress  stage 0 the tables; 1-4 the slot registers (slots.p4); 4-11 the value words (values.p4);
+ *            the decision and the header rewrite (outputs.p4)
+ *   egress   RESULT copies' destinations, tx
  *
- * A packet's later pass, and a RESULT whose last words the egress summed, go round through the
- * recirculation port RECIRC_PORT (pipe 0's by default) with the bridge header in front.
+ * A packet's later pass goes round through the recirculation port RECIRC_PORT (pipe 0's by default)
+ * with the bridge header in front.
  * Build: `ina p4 build --target tofino --words K --pool P` (ina/p4/build.py). */
 #include <core.p4>
 #include <tna.p4>

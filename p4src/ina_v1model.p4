@@ -4,9 +4,9 @@
  *   validate.p4   malformed and unexpected packets
  *   jobs.p4       the job table: unregistered, bad_slot, bad_format
  *   slots.p4      the slot decision: redirect, key, missing bitmap, priority; esa or atp
- *   values.p4     the value words (the first EGRESS_WORDS in the egress, the rest here)
+ *   values.p4     the value words
  *   outputs.p4    what leaves: forwarding to the PS, PARTIALs, RESULT replication
- *   counters.p4   rx, outcomes, events; the egress (tx, replicas, the last words)
+ *   counters.p4   rx, outcomes, events; the egress (tx, replicas)
  *   forwarding.p4 Ethernet forwarding of everything else; the control plane's port
  *
  * This file maps v1model's intrinsic metadata to the shared controls' fields and back.

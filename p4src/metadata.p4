@@ -5,13 +5,11 @@
 #define INA_METADATA_P4
 
 /* Which pass a packet is on. A write decided after its register's stage is done on a recirculated
- * copy (docs/p4.md, "Late writes"); a RESULT whose last words are summed in the egress is
- * recirculated once more to be replicated. */
+ * copy (docs/p4.md, "Late writes"). */
 const bit<8> PASS_FIRST = 0;     /* as received */
 const bit<8> PASS_CLAIM = 1;     /* claim a slot whose key must change (free slot of another key, stale, preempt) */
 const bit<8> PASS_FLUSH = 2;     /* a RESEND found its own contribution: flush the slot */
 const bit<8> PASS_REDIRECT = 3;  /* a collision: set the redirect, then forward to the PS */
-const bit<8> PASS_REPLICATE = 4; /* a complete RESULT: replicate it to the job's workers and PS */
 
 const bit<8> CLAIM_FREE = 0;     /* the slot was free (its last chunk completed or was flushed) */
 const bit<8> CLAIM_STALE = 1;    /* an older partial of the same job */

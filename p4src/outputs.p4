@@ -181,13 +181,7 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     apply {
-        CARRY.eg_slot = meta.slot;
-        CARRY.eg_action = meta.slot_action;
         CARRY.from_port = (bit<16>)meta.in_port;
-        CARRY.parse_words = 1;
-        if (meta.slot_action == SLOT_NONE) {
-            CARRY.parse_words = 0;
-        }
         if (meta.output == OUT_TO_PS) {
             /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */
             hdr.ipv4.dst = meta.ps_ip;
@@ -223,21 +217,9 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             hdr.ina.flags = hdr.ina.flags & FLAG_MAX_BIT;
             hdr.ina.bitmap = meta.full;
             from_switch();
-#if EGRESS_WORDS > 0
-            /* the egress sums the last words, then the RESULT comes back to be replicated */
-            CARRY.pass = PASS_REPLICATE;
-            meta.output = OUT_RECIRC;
-            meta.egress_port = INA_RECIRC_PORT;
-#else
             meta.mcast_group = CARRY.group;
-#endif
         } else if (meta.output == OUT_RECIRC) {
             meta.egress_port = INA_RECIRC_PORT;
-#if EGRESS_WORDS > 0
-        } else if (meta.slot_action != SLOT_NONE) {
-            /* dropped, but only once the egress has summed or stored its words */
-            meta.egress_port = INA_RECIRC_PORT;
-#endif
         } else {
             meta.drop = 1;
         }

@@ -5,8 +5,8 @@
 #define INA_PARSER_TNA_P4
 
 /* Ethernet, IPv4, UDP to INA_PORT, up to the ina header: the states every path shares, named
- * P_ethernet, P_ipv4, P_udp; each path has its own P_ina, which decides which words to extract. */
-#define INA_FRAME_STATES(P) \
+ * P_ethernet, P_ipv4, P_udp, going on to state INA (which decides which words to extract). */
+#define INA_FRAME_STATES(P, INA) \
     state P##_ethernet { \
         packet.extract(hdr.ethernet); \
         transition select(hdr.ethernet.ether_type) { \
@@ -24,7 +24,7 @@
     state P##_udp { \
         packet.extract(hdr.udp); \
         transition select(hdr.udp.dst_port) { \
-            INA_PORT: P##_ina; \
+            INA_PORT: INA; \
             default: accept; \
         } \
     }
@@ -52,35 +52,21 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         hdr.bridge.claim_kind = CLAIM_FREE;
         hdr.bridge.expect_id = 0;
         hdr.bridge.expect_seq = 0;
-        hdr.bridge.eg_action = SLOT_NONE;
-        hdr.bridge.eg_slot = 0;
         hdr.bridge.group = 0;
         hdr.bridge.out_kind = OUT_DROP;
-        hdr.bridge.parse_words = 0;
         hdr.bridge.from_port = 0;
         transition fresh_ethernet;
     }
 
-    INA_FRAME_STATES(fresh)
-    INA_FRAME_STATES(again)
+    INA_FRAME_STATES(fresh, ig_ina)
+    INA_FRAME_STATES(again, ig_ina)
 
-    /* a DATA's K words */
-    state fresh_ina {
+    /* a DATA's K words (a later pass is always a DATA's) */
+    state ig_ina {
         meta.is_ina = 1;
         packet.extract(hdr.ina);
         transition select(hdr.ina.kind) {
             KIND_DATA: parse_words;
-            default: accept;
-        }
-    }
-
-    /* a later pass: a DATA's K words, or a RESULT's, back to be replicated */
-    state again_ina {
-        meta.is_ina = 1;
-        packet.extract(hdr.ina);
-        transition select(hdr.ina.kind) {
-            KIND_DATA: parse_words;
-            KIND_RESULT: parse_words;
             default: accept;
         }
     }
@@ -108,25 +94,12 @@ parser InaEgressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
         transition eg_ethernet;
     }
 
-    INA_FRAME_STATES(eg)
+    INA_FRAME_STATES(eg, eg_ina)
 
-    /* the egress words, when the ingress left the egress to sum or read them; the rest of the frame
-     * goes through as payload */
+    /* the egress rewrites headers only: the words go through as payload */
     state eg_ina {
         meta.is_ina = 1;
         packet.extract(hdr.ina);
-        transition select(hdr.bridge.parse_words) {
-            1: parse_egress_words;
-            default: accept;
-        }
-    }
-
-    state parse_egress_words {
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#define INA_EACH_WORD_COUNT EGRESS_WORDS
-#include "each_word.p4"
-#undef INA_EACH_WORD_COUNT
-#undef WORD_STEP
         transition accept;
     }
 }

@@ -1,8 +1,7 @@
 /* The value words of a slot (docs/protocol.md, section 5): SUM chunks add modulo 2^32, MAX chunks
- * take the unsigned maximum. The first EGRESS_WORDS words are summed in the egress, from the slot
- * action the ingress decided (a RESULT then recirculates once, to be replicated with every word);
- * the rest in the ingress right after the slot decision. One register action per word and step,
- * whose bodies below both architectures run. */
+ * take the unsigned maximum, every word in the ingress right after the slot decision. One register
+ * action per word and step, whose bodies below both architectures run. None is left to the egress:
+ * packets of one slot can pass each other in different ports' queues on their way there. */
 #ifndef INA_VALUES_P4
 #define INA_VALUES_P4
 
@@ -37,14 +36,7 @@
     (PATH_SWEEP, 0, _, 0): NONE; \
     (PATH_SWEEP, 0, _, _): READ;
 
-/* The egress words: what the ingress decided. */
-#define EG_STORE (CARRY.eg_action == SLOT_STORE)
-#define EG_SWAP (CARRY.eg_action == SLOT_SWAP)
-#define EG_ADD (CARRY.eg_action == SLOT_ADD)
-#define EG_MAX (CARRY.eg_action == SLOT_MAX)
-#define EG_READ (CARRY.eg_action == SLOT_READ)
-
-/* The slot action, for the outputs, the egress words, and (on v1model) the ingress words. */
+/* The slot action, for the outputs and (on v1model) the words. */
 control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
     action set_slot_action(bit<8> slot_action) {
         meta.slot_action = slot_action;
@@ -87,13 +79,6 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
     action max_step_##i() { hdr.words[i].value = max_##i.execute(meta.slot); } \
     action read_step_##i() { hdr.words[i].value = read_##i.execute(meta.slot); }
 
-#define TNA_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
-    if (STORE) { swap_##i.execute(meta.slot); } \
-    else if (SWAP) { hdr.words[i].value = swap_##i.execute(meta.slot); } \
-    else if (ADD) { hdr.words[i].value = add_##i.execute(meta.slot); } \
-    else if (MAX) { hdr.words[i].value = max_##i.execute(meta.slot); } \
-    else if (READ) { hdr.words[i].value = read_##i.execute(meta.slot); }
-
 /* Each ingress word chooses its step with its own copy of the slot-action table: one lookup in the
  * word's stage, right after the slot decision. */
 #define TNA_WORD_TABLE(i) \
@@ -110,38 +95,19 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
 control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
-#define WORD_IN(i) TNA_WORD_TABLE(i)
-#define WORD_OUT(i)
+#define WORD(i) TNA_WORD_TABLE(i)
 #include "word_list.p4"
-#undef WORD_IN
-#undef WORD_OUT
+#undef WORD
     apply {
-#define WORD_IN(i) step_##i.apply();
-#define WORD_OUT(i)
+#define WORD(i) step_##i.apply();
 #include "word_list.p4"
-#undef WORD_IN
-#undef WORD_OUT
-    }
-}
-
-control EgressWords(inout headers_t hdr, inout ina_meta_t meta) {
-#define WORD_IN(i)
-#define WORD_OUT(i) TNA_WORD_REGISTER(i)
-#include "word_list.p4"
-#undef WORD_IN
-#undef WORD_OUT
-    apply {
-#define WORD_IN(i)
-#define WORD_OUT(i) TNA_WORD_APPLY(i, EG_STORE, EG_SWAP, EG_ADD, EG_MAX, EG_READ)
-#include "word_list.p4"
-#undef WORD_IN
-#undef WORD_OUT
+#undef WORD
     }
 }
 
 #else /* v1model: one array (ina_value), the same bodies as actions */
 
-INA_WORD_REGISTERS  /* one array at the top level: the ingress and the egress words are its parts */
+INA_WORD_REGISTERS
 
 #define V1_WORD_STEPS \
     INA_WORD_STEP_ACTION(word_swap, WORD_SWAP) \
@@ -149,28 +115,15 @@ INA_WORD_REGISTERS  /* one array at the top level: the ingress and the egress wo
     INA_WORD_STEP_ACTION(word_max, WORD_MAX) \
     INA_WORD_STEP_ACTION(word_read, WORD_READ)
 
-#define V1_WORD_APPLY(i, STORE, SWAP, ADD, MAX, READ) \
-    if (STORE) { bit<32> kept = hdr.words[i].value; word_swap(i, kept); } \
-    else if (SWAP) { word_swap(i, hdr.words[i].value); } \
-    else if (ADD) { word_add(i, hdr.words[i].value); } \
-    else if (MAX) { word_max(i, hdr.words[i].value); } \
-    else if (READ) { word_read(i, hdr.words[i].value); }
-
 control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
     V1_WORD_STEPS
     apply {
-#define WORD_STEP(i) if ((i) >= EGRESS_WORDS) { \
-    V1_WORD_APPLY(i, meta.slot_action == SLOT_STORE, meta.slot_action == SLOT_SWAP, meta.slot_action == SLOT_ADD, \
-                  meta.slot_action == SLOT_MAX, meta.slot_action == SLOT_READ) }
-#include "each_word.p4"
-#undef WORD_STEP
-    }
-}
-
-control EgressWords(inout headers_t hdr, inout ina_meta_t meta) {
-    V1_WORD_STEPS
-    apply {
-#define WORD_STEP(i) if ((i) < EGRESS_WORDS) { V1_WORD_APPLY(i, EG_STORE, EG_SWAP, EG_ADD, EG_MAX, EG_READ) }
+#define WORD_STEP(i) \
+    if (meta.slot_action == SLOT_STORE) { bit<32> kept = hdr.words[i].value; word_swap(i, kept); } \
+    else if (meta.slot_action == SLOT_SWAP) { word_swap(i, hdr.words[i].value); } \
+    else if (meta.slot_action == SLOT_ADD) { word_add(i, hdr.words[i].value); } \
+    else if (meta.slot_action == SLOT_MAX) { word_max(i, hdr.words[i].value); } \
+    else if (meta.slot_action == SLOT_READ) { word_read(i, hdr.words[i].value); }
 #include "each_word.p4"
 #undef WORD_STEP
     }
