@@ -39,6 +39,7 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
 
     apply {
         meta.drop = 0;
+        meta.queue = 0;
         meta.egress_port = 0;
         meta.mcast_group = 0;
         if (meta.is_ina == 0) {

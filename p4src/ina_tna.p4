@@ -49,6 +49,7 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta,
         meta.now = ig_prsr_md.global_tstamp[41:10];
         meta.in_port = ig_intr_md.ingress_port;
         logic.apply(hdr, meta);
+        ig_tm_md.qid = (QueueId_t)meta.queue;  /* the port's queues strict-priority, 7 first (docs/p4.md) */
         if (meta.drop == 1) {
             ig_dprsr_md.drop_ctl = 1;
         } else if (meta.mcast_group != 0) {

@@ -48,6 +48,7 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_me
         } else {
             std.egress_spec = meta.egress_port;
             std.mcast_grp = meta.mcast_group;
+            std.priority = meta.queue;  /* BMv2 started with --priority-queues 8: 7 is served first */
         }
     }
 }

@@ -83,6 +83,7 @@ struct ina_meta_t {
     bit<1>  drop;
     bit<9>  egress_port;
     bit<16> mcast_group;
+    bit<3>  queue;           /* the egress queue (esa: by priority; else 0) */
 
     bit<1>  is_ina;          /* UDP to INA_PORT */
     bit<1>  from_cpu;        /* a packet-out from the control plane (table ina_cpu_ports) */

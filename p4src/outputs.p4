@@ -224,6 +224,14 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             meta.drop = 1;
         }
         CARRY.out_kind = meta.output;
+        /* ESA's egress queue (docs/protocol.md, "Egress queues"): the priority the packet leaves with,
+         * eight levels a queue; atp and static keep one FIFO */
+        if (meta.esa == 1) {
+            meta.queue = 7;
+            if (hdr.ina.priority < 56) {
+                meta.queue = hdr.ina.priority[5:3];
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 """The P4 switch on BMv2 against the shared test vectors: every vector in tests/vectors/, replayed
 through real BMv2 compiled with that vector's P and K, must give exactly the reference's output
-packets (bytes and destinations, in order per destination), counters and slot state."""
+packets (bytes and destinations, in order per destination), counters and slot state. And BMv2's own
+egress queues: strict priority under esa, one FIFO under atp (docs/protocol.md, "Egress queues")."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 from bmv2_support import VethPair, Wire, frame, interface_mac, needs_bmv2, udp_of
-from switch_support import register_vector_jobs
+from switch_support import Rig, job_spec, register_vector_jobs
 
+from ina.protocol import INA_PORT
+from ina.protocol.header import parse
 from ina.switch import SwitchConfig
 
 pytestmark = needs_bmv2
@@ -127,3 +130,24 @@ def logical(slots: list[dict]) -> list[dict]:
         partial = ("key", "prio", "bitmap", "value") if slot["key"] else ()
         meaning.append({name: slot[name] for name in ("slot", "redirect", *partial)})
     return meaning
+
+
+@pytest.mark.parametrize("policy", ["esa", "atp"])
+def test_bmv2_serves_its_egress_queue_by_priority_under_esa_only(policy, port, switch_for):
+    """A slow port (50 packets/s) with a backlog of 30 priority-0 RESENDs forwarded to the PS: a
+    priority-63 RESEND sent after them leaves among the first under esa, last under atp."""
+    switch = switch_for(SwitchConfig(pool=8, words=4, policy=policy))
+    _, wire = port
+    host_mac = interface_mac(port[0].host_side)
+    rig, spec = Rig(pool=8, words=4, policy=policy), job_spec(1, workers=2, window=8)
+    assert switch.register(spec)["slot_base"] == rig.register(spec)
+    switch.device.thrift.set_port_rate(1, 50)
+    backlog = [rig.data(1, 0, seq, resend=True, prio=0) for seq in range(30)]
+    for datagram in [*backlog, rig.data(1, 0, 30, resend=True, prio=63)]:  # RESENDs on free slots: forwarded
+        wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, host_mac, SWITCH_MAC))
+    order = [parse(bytes.fromhex(packet["hex"]), 4)[0].priority for packet in collect(wire, 31)]
+    assert len(order) == 31 and settle(switch, 31)["resend_forwarded"] == 31
+    if policy == "esa":
+        assert order.index(63) < 5, order
+    else:
+        assert order.index(63) == 30, order

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ina.p4 import toolchain
+from ina.protocol.constants import EGRESS_QUEUES
 
 CPU_PORT = 255
 """The port P4Runtime packet-outs enter at (p4src/ina_v1model.p4's CPU_PORT)."""
@@ -43,7 +44,8 @@ class Bmv2Process:
         command = [binary, "--no-p4", "--device-id", "0", "--thrift-port", str(self.thrift_port)]
         for port, interface in sorted(interfaces.items()):
             command += ["-i", f"{port}@{interface}"]
-        command += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}", "--cpu-port", str(CPU_PORT)]
+        command += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}", "--cpu-port", str(CPU_PORT),
+                    "--priority-queues", str(EGRESS_QUEUES)]  # fmt: skip
         with self.log.open("wb") as output:
             # its own session: a signal to the controller's process group (Ctrl-C, a testbed's stop)
             # must not kill BMv2 before the controller has read its final counters; it still dies

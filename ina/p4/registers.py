@@ -53,5 +53,9 @@ class Bmv2Thrift:
         """Every egress queue's capacity (BMv2's default, 64 packets, drops a window's RESULT copies)."""
         self._switch.set_all_egress_queue_depths(packets)
 
+    def set_port_rate(self, port: int, packets_per_second: int) -> None:
+        """Drain `port`'s egress queues at this rate: a slow port, where a backlog builds in BMv2 itself."""
+        self._switch.set_egress_queue_rate(port, packets_per_second)
+
     def close(self) -> None:
         self._transport.close()
