@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
+import signal
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
@@ -67,6 +69,29 @@ def check(target: str, words: int, pool: int) -> None:
     SwitchConfig(pool=pool, words=words)  # the pool's own rules
 
 
+def _unlimited_stack() -> None:
+    """bf-p4c recurses once per `&&` of a gateway condition (CanonGatewayExpr): with the default 8 MiB
+    stack it dies of SIGSEGV on the slot decision's conditions."""
+    resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
+def _run_compiler(command: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    """Run the compiler driver in a process group of its own, so that a timeout stops the compiler
+    it started too, not only the driver."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                          preexec_fn=_unlimited_stack) as process:  # fmt: skip
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise BuildError(f"{command[0]} did not finish within {timeout:g} s ({' '.join(command)})") from None
+    code = process.returncode
+    if code in (128 + signal.SIGSEGV, 256 - signal.SIGSEGV, -signal.SIGSEGV):  # the driver passes a crash on as 245
+        stderr += f"\n{command[0]} crashed (SIGSEGV)"
+    return subprocess.CompletedProcess(command, code, stdout, stderr)
+
+
 def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, timeout: float | None = None) -> Build:
     """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool;
     BuildError if the compiler refuses it or runs past `timeout` seconds."""
@@ -85,10 +110,7 @@ def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, 
         out.mkdir(parents=True, exist_ok=True)
         command = [compiler, "--target", target, "--arch", ARCHITECTURES[target], "--std", "p4-16", f"-DWORDS={words}",
                    f"-DPOOL={pool}", "-I", str(src), "-o", str(out), "--p4runtime-files", str(p4info), str(program)]  # fmt: skip
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"{COMPILERS[target]} did not finish within {timeout:g} s ({' '.join(command)})") from None
+        done = _run_compiler(command, timeout)
         if done.returncode != 0:
             raise BuildError(f"{COMPILERS[target]} failed ({' '.join(command)}):\n{done.stderr or done.stdout}")
         missing = [str(path) for path in outputs if not path.exists()]
