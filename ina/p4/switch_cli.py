@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ina.net.service import access_from_args
+from ina.net.service import access_from_args, registry_from_args
 from ina.net.udp import parse_address
 from ina.switch.cli import switch_config
 
@@ -41,7 +41,8 @@ def build(args: argparse.Namespace) -> Any:
     routes = [Route.parse(text) for text in args.route]
     open_device = _bmv2(args) if args.target == "bmv2" else _tofino(args, routes)
     try:
-        return P4SwitchServer(config, listen, control, open_device, routes, args.mac, access=access)
+        return P4SwitchServer(config, listen, control, open_device, routes, args.mac, access=access,
+                              registry=registry_from_args(args))  # fmt: skip
     except RuntimeError as error:  # a missing tool, or the switch refusing to start or to load the program
         raise ValueError(str(error)) from None
 
