@@ -29,10 +29,13 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     CpuPort() cpu_port;
     Validate() validate;
     JobChecks() job_checks;
+    Admission() admission;
     SlotDecision() slots;
     IngressWords() words;
     ChooseSlotAction() choose;
     Decide() decide;
+    EgressQueue() in_queue;
+    EgressQueue() old_queue;
     Outputs() outputs;
     Count() count;
     L2Forwarding() l2;
@@ -54,11 +57,12 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             identity.apply(meta);
             cpu_port.apply(meta);
             validate.apply(hdr, meta);
+            job_checks.apply(hdr, meta);
+            admission.apply(hdr, meta);
             if (meta.outcome == NO_OUTCOME) {
-                job_checks.apply(hdr, meta);
-            }
-            if (meta.outcome == NO_OUTCOME) {
+                in_queue.apply(hdr.ina.priority, meta.esa, meta.in_queue);
                 slots.apply(hdr, meta);
+                old_queue.apply(meta.old_prio, meta.esa, meta.old_queue);
                 choose.apply(hdr, meta);
                 words.apply(hdr, meta);
                 decide.apply(hdr, meta);

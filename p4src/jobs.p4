@@ -5,8 +5,6 @@
 #define INA_JOBS_P4
 
 control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
-    bool job_known = false;
-
     /* The job's settings; the slot check's two sides, slot - slot_base and seq mod span, are computed
      * here with the table's own data so that the registers can start one stage later (Tofino's ALU
      * adds action data but does not subtract it: the entry holds -slot_base mod P; it subtracts a
@@ -15,7 +13,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
     @name(".ina_job")
     action job(bit<32> key_id, bit<32> key_id_other_op, bit<32> full, bit<8> fanin, bit<16> neg_slot_base,
                bit<16> span_mask, bit<8> priority_cap, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port, bit<16> group) {
-        job_known = true;
+        meta.job_known = 1;
         meta.key_id = key_id;
         meta.key_id_other_op = key_id_other_op;
         meta.full = full;
@@ -32,6 +30,8 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         meta.lane_bits = lane_bits;
         meta.ps_ip = ps_ip;
         meta.ps_port = ps_port;
+        meta.dst_ip = ps_ip;
+        meta.dst_port = ps_port;
         meta.from_ps_ip = hdr.ipv4.src ^ ps_ip;
         meta.from_ps_port = hdr.udp.src_port ^ ps_port;
         CARRY.group = group;
@@ -70,6 +70,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
 
     apply {
         meta.worker_known = 0;
+        meta.job_known = 0;
         meta.op_max = hdr.ina.flags[1:1];
         meta.first = ~hdr.ina.flags[0:0];  /* FLAG_RESEND */
         meta.slot = (bit<16>)hdr.ina.slot[SLOT_BITS-1:0];
@@ -91,7 +92,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         }
         jobs.apply();
         workers.apply();
-        if (job_known) {
+        if (meta.job_known == 1) {
             /* what every entry the control plane writes satisfies (p4testgen's cases only) */
             INA_ASSUME(meta.key_id == (32w0x20000 | ((bit<32>)hdr.ina.flags[1:1] << 16) | (bit<32>)hdr.ina.job));
             INA_ASSUME(meta.key_id_other_op == (meta.key_id ^ 32w0x10000));
@@ -102,7 +103,30 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
             INA_ASSUME(meta.span_mask < POOL && (meta.span_mask & (meta.span_mask + 1)) == 0);
             INA_ASSUME(meta.neg_slot_base < POOL && (meta.neg_slot_base & meta.span_mask) == 0);
         }
-        if (!job_known) {
+    }
+}
+
+
+/* The checks in order, Validate's and then the job table's, each a plain condition: one chain, so
+ * that a Tofino stage tests them all after the tables of both. */
+control Admission(inout headers_t hdr, inout ina_meta_t meta) {
+    apply {
+        if (meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if ((hdr.ina.flags & ~KNOWN_FLAGS) != 0) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (meta.ip_udp_gap != IPV4_HEADER_LEN) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.udp.length != meta.expected_udp_len) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0) {
+            meta.outcome = OUTCOME_MALFORMED;
+        } else if (hdr.ina.kind != KIND_DATA && hdr.ina.kind != KIND_FLUSH
+                   && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {
+            meta.outcome = OUTCOME_UNEXPECTED;
+        } else if (meta.job_known == 0) {
             meta.outcome = OUTCOME_UNREGISTERED;
         } else if (hdr.ina.kind == KIND_DATA && meta.worker_known == 0) {
             meta.outcome = OUTCOME_UNREGISTERED;

@@ -66,9 +66,10 @@ const bit<32> EVENTS = 5;
 const bit<32> NO_EVENT = 7;
 
 /* The stateful ALUs' 4-bit predicate output (bf-p4c's encoding, which the v1model emulation
- * copies): bit (2 * cmphi + cmplo) is set. */
-const bit<4> PRED_LO = 4w0b1010;  /* the low comparison held */
-const bit<4> PRED_HI = 4w0b1100;  /* the high comparison held */
+ * copies): bit (2 * cmphi + cmplo) is set. No register action's two comparisons can both hold
+ * (slots.p4), so one bit answers each. */
+const bit<4> PRED_LO = 4w0b0010;  /* the low comparison held (and the high one not) */
+const bit<4> PRED_HI = 4w0b0100;  /* the high comparison held (and the low one not) */
 
 struct ina_meta_t {
     /* from the architecture (the top-level program fills these before the shared controls run) */
@@ -103,6 +104,7 @@ struct ina_meta_t {
     bit<16> ps_port;
     bit<32> from_ps_ip;      /* source IP xor the PS's (0: from the job's PS) */
     bit<16> from_ps_port;
+    bit<1>  job_known;       /* the job table holds (job, op) */
     bit<1>  worker_known;    /* DATA: the worker table holds (job, rank, source) */
     bit<SLOT_BITS> slot_offset;  /* slot - slot_base (mod P): must equal seq mod span */
     bit<16> seq_offset;      /* seq mod span */
@@ -133,8 +135,10 @@ struct ina_meta_t {
     bit<4>  redirect_seq_pred;  /* redirect_seq is this seq (PRED_LO) */
     bit<32> old_id;          /* key_id */
     bit<4>  id_pred;         /* key_id is this key id, or (claim pass) the expected one (PRED_LO) */
+    bit<32> other_op_diff;   /* old_id xor this job's key id of the other operation */
     bit<32> old_seq;         /* key_seq */
     bit<4>  seq_pred;        /* this chunk is newer (lo), the same seq (hi) */
+    bit<1>  touching;        /* the slot's key id met on the first pass or the claim pass: `touched` takes the time */
     bit<32> old_missing;     /* the bitmap of missing workers before this packet, or (PATH_SAME) its bit */
     bit<4>  missing_pred;    /* free (PRED_LO); PATH_SAME: this worker the last missing (PRED_HI) */
     bit<4>  prio_lower;      /* the slot's chunk has the lower priority (PRED_LO) */
@@ -154,9 +158,17 @@ struct ina_meta_t {
     bit<32> partial_seq;
     bit<32> partial_full;
     bit<8>  partial_lanes;
-    bit<32> partial_ps_ip;
-    bit<16> partial_ps_port;
     bit<32> partial_missing; /* the workers the PARTIAL lacks */
+    bit<32> victim_ps_ip;    /* a claim pass: the PS of the slot's job (table ina_victims) */
+    bit<16> victim_ps_port;
+
+    /* where a unicast packet goes: its job's PS, or a claimed partial's */
+    bit<32> dst_ip;
+    bit<16> dst_port;
+
+    /* the egress queue (esa) of the packet's priority as it arrived, and of the slot's */
+    bit<3>  in_queue;
+    bit<3>  old_queue;
 
 #ifndef INA_CARRY_HEADER
     INA_CARRIED_FIELDS(@field_list(1))

@@ -7,11 +7,13 @@
 
 const bit<16> CHUNK_UDP_LEN = LANES_UDP_LEN;
 
-/* The outcome, event and output of a packet on its deciding pass (docs/p4.md, "Per-packet algorithm"). */
+/* The outcome, event and output of a packet on its deciding pass (docs/p4.md, "Per-packet algorithm"):
+ * constant ternary tables, first match winning (slots.p4 says why), one for each kind of pass. */
 control Decide(inout headers_t hdr, inout ina_meta_t meta) {
-    action send(bit<8> output, bit<32> outcome) {
+    action send(bit<8> output, bit<32> outcome, bit<32> event) {
         meta.output = output;
         meta.outcome = outcome;
+        meta.event = event;
     }
 
     /* a later pass, which re-checks that the slot still holds the key this pass saw */
@@ -24,25 +26,51 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         CARRY.expect_seq = meta.old_seq;
     }
 
-    /* The slot's own partial leaves as a PARTIAL to this job's PS. */
-    action evict_own() {
+    /* The slot's own partial leaves as a PARTIAL to this job's PS ... */
+    action own_partial() {
         meta.partial_id = meta.key_id;
         meta.partial_seq = meta.old_seq;
         meta.partial_full = meta.full;
         meta.partial_lanes = meta.lane_bits;
-        meta.partial_ps_ip = meta.ps_ip;
-        meta.partial_ps_port = meta.ps_port;
-        meta.partial_missing = meta.old_missing;
         meta.output = OUT_PARTIAL;
     }
 
-    /* A preempted or raced partial may be another job's: its PS and bitmap come from this table. */
+    /* ... lacking the workers `missing` held, */
+    action evict(bit<32> outcome, bit<32> event) {
+        own_partial();
+        meta.partial_missing = meta.old_missing;
+        meta.outcome = outcome;
+        meta.event = event;
+    }
+
+    /* ... or, swept, those the control plane saw missing. */
+    action evict_swept() {
+        own_partial();
+        meta.partial_missing = meta.rest;
+        meta.outcome = NO_OUTCOME;
+        meta.event = EVENT_SWEPT;
+    }
+
+    /* The claim pass evicts a stale or preempted partial, which may be another job's: its PS and
+     * bitmap come from the victim table, looked up on every claim pass before the slot stages
+     * answer (so that the route's key is known when the outcome is). */
+    action claim_evict(bit<32> event) {
+        meta.partial_id = CARRY.expect_id;
+        meta.partial_seq = meta.old_seq;
+        meta.partial_missing = meta.old_missing;
+        meta.dst_ip = meta.victim_ps_ip;
+        meta.dst_port = meta.victim_ps_port;
+        meta.output = OUT_PARTIAL;
+        meta.outcome = OUTCOME_CLAIMED;
+        meta.event = event;
+    }
+
     @name(".ina_victim")
     action victim(bit<32> full, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port) {
         meta.partial_full = full;
         meta.partial_lanes = lane_bits;
-        meta.partial_ps_ip = ps_ip;
-        meta.partial_ps_port = ps_port;
+        meta.victim_ps_ip = ps_ip;
+        meta.victim_ps_port = ps_port;
     }
 
     @name(".ina_victims")
@@ -53,107 +81,135 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         size = 2048;
     }
 
+    /* FLUSH from the PS, the control plane's idle sweep, or a RESEND's flush */
+    @name(".ina_flush_outcomes")
+    table flush_outcomes {
+        key = {
+            hdr.ina.kind: ternary @name("kind");
+            meta.slot_action: ternary @name("slot_action");
+        }
+        actions = { send; evict; evict_swept; }
+        const default_action = send(OUT_DROP, OUTCOME_FLUSHED, NO_EVENT);
+        INA_CONST_TABLE_SIZE(8)
+        const entries = {
+            (KIND_SWEEP, SLOT_READ): evict_swept();
+            (KIND_SWEEP, _): send(OUT_DROP, NO_OUTCOME, NO_EVENT);
+            (KIND_FLUSH, SLOT_READ): evict(OUTCOME_FLUSH_REQUESTS, EVENT_FLUSH_HITS);
+            (KIND_FLUSH, _): send(OUT_DROP, OUTCOME_FLUSH_REQUESTS, NO_EVENT);
+            (_, SLOT_READ): evict(OUTCOME_FLUSHED, NO_EVENT);
+        }
+    }
+
+    /* The claim pass: the slot is ours if it still held the key the first pass saw; else the PS
+     * takes the packet (its FLUSH requests resolve any split this leaves). */
+    @name(".ina_claim_outcomes")
+    table claim_outcomes {
+        key = {
+            meta.path: ternary @name("path");
+            meta.old_missing: ternary @name("answer");
+            meta.rest: ternary @name("rest");
+            CARRY.claim_kind: ternary @name("claim_kind");
+        }
+        actions = { send; claim_evict; }
+        const default_action = send(OUT_TO_PS, OUTCOME_COLLISION, NO_EVENT);
+        INA_CONST_TABLE_SIZE(8)
+        const entries = {
+            (PATH_CLAIM, 0, 0, _): send(OUT_RESULT, OUTCOME_CLAIMED, EVENT_COMPLETED);
+            (PATH_CLAIM, 0, _, _): send(OUT_DROP, OUTCOME_CLAIMED, NO_EVENT);
+            (PATH_CLAIM, _, _, CLAIM_PREEMPT): claim_evict(EVENT_PREEMPTED);
+            (PATH_CLAIM, _, _, _): claim_evict(EVENT_STALE);
+        }
+    }
+
+    /* A packet on its first pass. */
+    @name(".ina_data_outcomes")
+    table data_outcomes {
+        key = {
+            meta.redirect_id_pred: ternary @name("redirect_id");
+            meta.redirect_seq_pred: ternary @name("redirect_seq");
+            meta.path: ternary @name("path");
+            meta.first: ternary @name("first");
+            meta.missing_pred: ternary @name("missing");
+            meta.old_missing: ternary @name("answer");
+            meta.rest: ternary @name("rest");
+            meta.id_pred: ternary @name("id");
+            meta.other_op_diff: ternary @name("other_op");
+            meta.seq_pred: ternary @name("seq");
+            meta.esa: ternary @name("esa");
+            meta.fanin: ternary @name("fanin");
+            meta.prio_lower: ternary @name("prio_lower");
+        }
+        actions = { send; evict; next_pass; }
+        const default_action = next_pass(PASS_REDIRECT, CLAIM_FREE);
+        INA_CONST_TABLE_SIZE(32)
+        const entries = {
+            /* rid rseq path  first missing answer rest id  other_op seq esa fanin prio_lower */
+            /* redirected: this chunk's later packets follow its first to the PS */
+            (LO, LO, _, _, _, _, _, _, _, _, _, _, _): send(OUT_TO_PS, OUTCOME_REDIRECTED, NO_EVENT);
+            /* took the slot from an older partial of this key id (stale, to the PS) or a free one */
+            (_, _, PATH_TAKE, _, _, 0, 0, _, _, _, _, _, _): send(OUT_RESULT, OUTCOME_CLAIMED, EVENT_COMPLETED);
+            (_, _, PATH_TAKE, _, _, 0, _, _, _, _, _, _, _): send(OUT_DROP, OUTCOME_CLAIMED, NO_EVENT);
+            (_, _, PATH_TAKE, _, _, _, _, _, _, _, _, _, _): evict(OUTCOME_CLAIMED, EVENT_STALE);
+            /* the slot's chunk completed or was flushed: a late first transmission claims it again */
+            (_, _, PATH_SAME, 1, LO, _, _, _, _, _, _, _, _): next_pass(PASS_CLAIM, CLAIM_FREE);
+            (_, _, PATH_SAME, _, LO, _, _, _, _, _, _, _, _): send(OUT_TO_PS, OUTCOME_RESEND_FORWARDED, NO_EVENT);
+            /* the slot already holds this worker's contribution: a duplicate, or a RESEND's flush */
+            (_, _, PATH_SAME, 1, _, 0, _, _, _, _, _, _, _): send(OUT_DROP, OUTCOME_DUPLICATE, NO_EVENT);
+            (_, _, PATH_SAME, _, _, 0, _, _, _, _, _, _, _): next_pass(PASS_FLUSH, CLAIM_FREE);
+            (_, _, PATH_SAME, _, HI, _, _, _, _, _, _, _, _): send(OUT_RESULT, OUTCOME_AGGREGATED, EVENT_COMPLETED);
+            (_, _, PATH_SAME, _, _, _, _, _, _, _, _, _, _): send(OUT_DROP, OUTCOME_AGGREGATED, NO_EVENT);
+            /* a RESEND on a free slot or another chunk's: only the PS can hold its result */
+            (_, _, _, 0, _, _, _, _, _, _, _, _, _): send(OUT_TO_PS, OUTCOME_RESEND_FORWARDED, NO_EVENT);
+            (_, _, _, _, LO, _, _, _, _, _, _, _, _): next_pass(PASS_CLAIM, CLAIM_FREE);
+            /* another chunk of this job (either operation): a newer one claims, an older one straggles */
+            (_, _, _, _, _, _, _, LO, _, LO, _, _, _): next_pass(PASS_CLAIM, CLAIM_STALE);
+            (_, _, _, _, _, _, _, _, 0, LO, _, _, _): next_pass(PASS_CLAIM, CLAIM_STALE);
+            (_, _, _, _, _, _, _, LO, _, _, _, _, _): send(OUT_TO_PS, OUTCOME_STRAGGLER, NO_EVENT);
+            (_, _, _, _, _, _, _, _, 0, _, _, _, _): send(OUT_TO_PS, OUTCOME_STRAGGLER, NO_EVENT);
+            /* another job's partial: esa preempts one of lower priority, unless this job is one worker */
+            (_, _, _, _, _, _, _, _, _, _, 1, 0 &&& 0xFE, _): next_pass(PASS_REDIRECT, CLAIM_FREE);
+            (_, _, _, _, _, _, _, _, _, _, 1, _, LO): next_pass(PASS_CLAIM, CLAIM_PREEMPT);
+        }
+    }
+
     apply {
+        if (CARRY.pass == PASS_CLAIM) {
+            victims.apply();
+        }
         meta.output = OUT_DROP;
         if (CARRY.pass == PASS_REDIRECT) {
             /* the collision decided on the first pass: its chunk's later packets follow it */
-            send(OUT_TO_PS, OUTCOME_COLLISION);
+            send(OUT_TO_PS, OUTCOME_COLLISION, NO_EVENT);
         } else if (meta.flushing == 1) {
-            /* FLUSH from the PS, the control plane's idle sweep, or a RESEND's flush */
-            if (meta.slot_action == SLOT_READ) {
-                evict_own();
-            }
-            if (meta.slot_action == SLOT_READ && hdr.ina.kind == KIND_SWEEP) {
-                meta.partial_missing = meta.rest;
-                meta.event = EVENT_SWEPT;
-            } else if (meta.slot_action == SLOT_READ && hdr.ina.kind == KIND_FLUSH) {
-                meta.event = EVENT_FLUSH_HITS;
-            }
-            if (hdr.ina.kind == KIND_FLUSH) {
-                meta.outcome = OUTCOME_FLUSH_REQUESTS;
-            } else if (hdr.ina.kind != KIND_SWEEP) {
-                meta.outcome = OUTCOME_FLUSHED;
-            }
+            flush_outcomes.apply();
         } else if (CARRY.pass == PASS_CLAIM) {
-            if (meta.path == PATH_CLAIM) {
-                meta.outcome = OUTCOME_CLAIMED;
-                if (meta.old_missing != 0) {
-                    meta.partial_id = CARRY.expect_id;
-                    meta.partial_seq = meta.old_seq;
-                    meta.partial_missing = meta.old_missing;
-                    victims.apply();
-                    meta.output = OUT_PARTIAL;
-                    if (CARRY.claim_kind == CLAIM_PREEMPT) {
-                        meta.event = EVENT_PREEMPTED;
-                    } else {
-                        meta.event = EVENT_STALE;
-                    }
-                } else if (meta.rest == 0) {
-                    meta.output = OUT_RESULT;
-                    meta.event = EVENT_COMPLETED;
-                }
-            } else {
-                /* the slot changed between the passes: the PS takes the packet (its FLUSH
-                 * requests resolve any split this leaves) */
-                send(OUT_TO_PS, OUTCOME_COLLISION);
-            }
-        } else if (REDIRECTED) {
-            send(OUT_TO_PS, OUTCOME_REDIRECTED);
-        } else if (meta.path == PATH_TAKE) {
-            meta.outcome = OUTCOME_CLAIMED;
-            if (meta.old_missing != 0) {
-                /* an older partial of this key id: stale, to the PS */
-                evict_own();
-                meta.event = EVENT_STALE;
-            } else if (meta.rest == 0) {
-                meta.output = OUT_RESULT;
-                meta.event = EVENT_COMPLETED;
-            }
-        } else if (meta.path == PATH_SAME) {
-            if ((meta.missing_pred & PRED_LO) != 0) {
-                /* the slot's chunk completed or was flushed: a late first transmission claims it again */
-                if (meta.first == 1) {
-                    next_pass(PASS_CLAIM, CLAIM_FREE);
-                } else {
-                    send(OUT_TO_PS, OUTCOME_RESEND_FORWARDED);
-                }
-            } else if (meta.old_missing != 0) {
-                meta.outcome = OUTCOME_AGGREGATED;
-                if ((meta.missing_pred & PRED_HI) != 0) {
-                    meta.output = OUT_RESULT;
-                    meta.event = EVENT_COMPLETED;
-                }
-            } else if (meta.first == 1) {
-                /* the slot already holds this worker's contribution */
-                send(OUT_DROP, OUTCOME_DUPLICATE);
-            } else {
-                next_pass(PASS_FLUSH, CLAIM_FREE);
-            }
-        } else if (meta.first == 0) {
-            /* a RESEND on a free slot or another chunk's: only the PS can hold its result */
-            send(OUT_TO_PS, OUTCOME_RESEND_FORWARDED);
-        } else if ((meta.missing_pred & PRED_LO) != 0) {
-            next_pass(PASS_CLAIM, CLAIM_FREE);
-        } else if (SAME_ID || meta.old_id == meta.key_id_other_op) {
-            /* another chunk of this job */
-            if (NEWER) {
-                next_pass(PASS_CLAIM, CLAIM_STALE);
-            } else {
-                send(OUT_TO_PS, OUTCOME_STRAGGLER);
-            }
-        } else if (meta.esa == 1 && meta.fanin > 1 && (meta.prio_lower & PRED_LO) != 0) {
-            next_pass(PASS_CLAIM, CLAIM_PREEMPT);
+            claim_outcomes.apply();
         } else {
-            next_pass(PASS_REDIRECT, CLAIM_FREE);
+            data_outcomes.apply();
         }
     }
 }
 
+/* ESA's egress queue of a priority (docs/protocol.md, "Egress queues"): eight levels a queue; atp
+ * and static keep one FIFO. */
+control EgressQueue(in bit<8> priority, in bit<1> esa, out bit<3> queue) {
+    apply {
+        if (esa == 0) {
+            queue = 0;
+        } else if (priority < 56) {
+            queue = priority[5:3];
+        } else {
+            queue = 7;
+        }
+    }
+}
+
+/* The packet as it leaves: each output's header fields written once on its branch, and the route
+ * looked up on the destination Decide chose, so that a Tofino stage does both. */
 control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
     @name(".ina_route")
     action route(bit<9> port, bit<48> mac) {
         meta.egress_port = port;
-        hdr.ethernet.src = meta.switch_mac;
         hdr.ethernet.dst = mac;
     }
 
@@ -164,7 +220,7 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
     /* Every address the switch sends to: workers and PSes. */
     @name(".ina_routes")
     table routes {
-        key = { hdr.ipv4.dst: exact @name("dst"); }
+        key = { meta.dst_ip: exact @name("dst"); }
         actions = { route; unroutable; }
         const default_action = unroutable();
         size = 4096;
@@ -182,35 +238,38 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
 
     apply {
         CARRY.from_port = (bit<16>)meta.in_port;
+        CARRY.out_kind = meta.output;
         if (meta.output == OUT_TO_PS) {
             /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */
-            hdr.ipv4.dst = meta.ps_ip;
-            hdr.udp.dst_port = meta.ps_port;
+            hdr.ethernet.src = meta.switch_mac;
+            hdr.ipv4.dst = meta.dst_ip;
+            hdr.udp.dst_port = meta.dst_port;
             hdr.udp.checksum = 0;
+            meta.queue = meta.in_queue;
             routes.apply();
         } else if (meta.output == OUT_PARTIAL) {
             /* the partial's key, its priority and the workers it holds (lanes: a MAX chunk's words are whole) */
             hdr.ina.kind = KIND_PARTIAL;
-            hdr.ina.flags = 0;
             if (meta.partial_id[16:16] == 1) {
                 hdr.ina.flags = FLAG_MAX_BIT;
+                hdr.ina.lane_bits = 32;
+            } else {
+                hdr.ina.flags = 0;
+                hdr.ina.lane_bits = meta.partial_lanes;
             }
             hdr.ina.job = meta.partial_id[15:0];
             hdr.ina.rank = 0;
             hdr.ina.priority = meta.old_prio;
             hdr.ina.seq = meta.partial_seq;
             hdr.ina.index_bits = 0;
-            hdr.ina.lane_bits = meta.partial_lanes;
-            if (meta.partial_id[16:16] == 1) {
-                hdr.ina.lane_bits = 32;
-            }
             hdr.ina.bitmap = meta.partial_full & ~meta.partial_missing;
             from_switch();
-            hdr.ipv4.dst = meta.partial_ps_ip;
-            hdr.udp.dst_port = meta.partial_ps_port;
+            hdr.ipv4.dst = meta.dst_ip;
+            hdr.udp.dst_port = meta.dst_port;
+            meta.queue = meta.old_queue;
             routes.apply();
         } else if (meta.output == OUT_RESULT) {
-            /* this chunk's key; every worker's contribution */
+            /* this chunk's key; every worker's contribution (priority 0: queue 0) */
             hdr.ina.kind = KIND_RESULT;
             hdr.ina.rank = 0;
             hdr.ina.priority = 0;
@@ -220,17 +279,9 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             meta.mcast_group = CARRY.group;
         } else if (meta.output == OUT_RECIRC) {
             meta.egress_port = INA_RECIRC_PORT;
+            meta.queue = meta.in_queue;
         } else {
             meta.drop = 1;
-        }
-        CARRY.out_kind = meta.output;
-        /* ESA's egress queue (docs/protocol.md, "Egress queues"): the priority the packet leaves with,
-         * eight levels a queue; atp and static keep one FIFO */
-        if (meta.esa == 1) {
-            meta.queue = 7;
-            if (hdr.ina.priority < 56) {
-                meta.queue = hdr.ina.priority[5:3];
-            }
         }
     }
 }

@@ -21,17 +21,23 @@
 #ifndef INA_SLOTS_P4
 #define INA_SLOTS_P4
 
-/* The conditions the stages test, on the flags JobChecks set and what the registers before answered. */
-#define REDIRECTED ((meta.redirect_id_pred & PRED_LO) != 0 && (meta.redirect_seq_pred & PRED_LO) != 0)
-#define SAME_ID ((meta.id_pred & PRED_LO) != 0)            /* key_id is this key id (claim pass: the expected one) */
-#define NEWER ((meta.seq_pred & PRED_LO) != 0)             /* 0 < seq - key_seq < 2^31 */
-#define SAME_SEQ ((meta.seq_pred & PRED_HI) != 0)
-#define MEETS_SLOT (meta.data_first == 1 && !REDIRECTED)
-#define IS_TAKE (MEETS_SLOT && meta.first == 1 && SAME_ID && NEWER)
-#define IS_SAME (MEETS_SLOT && SAME_ID && SAME_SEQ)
-#define IS_CLAIM (meta.claim_pass == 1 && SAME_ID)
-#define IS_FLUSH (meta.flushing == 1 && meta.sweep == 0 && SAME_ID && SAME_SEQ)
-#define IS_SWEEP (meta.sweep == 1 && SAME_ID && SAME_SEQ)
+/* The stages from 2 on choose their register actions with constant ternary tables keyed on the flags
+ * JobChecks set and the predicates the registers before answered, first match winning: an if/else
+ * chain of such conditions is a gateway whose rows bf-p4c multiplies out under the negation of the
+ * branches before it (docs/p4.md, "Tofino"), where a table's entries take the chain's order as is.
+ *
+ * A register's two comparisons never both hold, so a predicate is one of 0b0001 (neither), PRED_LO
+ * and PRED_HI, and a key tests one of its bits. The table columns below: */
+#define LO PRED_LO &&& PRED_LO          /* the low comparison held */
+#define HI PRED_HI &&& PRED_HI          /* the high comparison held */
+#define NOT_LO 0 &&& PRED_LO           /* the low comparison did not hold */
+/* A DATA on its first pass that meets its slot: not redirected (redirect id and seq both this
+ * chunk's); the redirect's predicates are the first two columns after data_first. */
+#define MEETS_SLOT(act, ...) (1, NOT_LO, _, __VA_ARGS__): act; (1, LO, NOT_LO, __VA_ARGS__): act;
+#define REDIRECT_KEY \
+        meta.data_first: ternary @name("data_first"); \
+        meta.redirect_id_pred: ternary @name("redirect_id"); \
+        meta.redirect_seq_pred: ternary @name("redirect_seq");
 
 control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     INA_REGISTER(bit<32>, redirect_id, ".ina_redirect_id")
@@ -206,6 +212,181 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         rv = INA_PREDICATE1(value < meta.prio);
     INA_END(prio)
 
+    /* -- the stages' choices ------------------------------------------------------------------ */
+
+    /* stage 2: a first transmission of the slot's key id may take it; the claim pass takes it; a
+     * packet of the slot's key id on its first pass or the claim pass touches it (in a gateway of
+     * its own: the registers a Tofino table's actions use must be used by all of them) */
+    action seq_take() {
+        INA_RUN(meta.old_seq, key_seq_take);
+        INA_RUN(meta.seq_pred, key_seq_copy_take);
+        meta.touching = 1;
+    }
+
+    action seq_swap() {
+        INA_RUN(meta.old_seq, key_seq_swap);
+        INA_DO(key_seq_copy_swap);
+        meta.touching = 1;
+    }
+
+    action seq_read() {
+        INA_RUN(meta.old_seq, key_seq_read);
+        INA_RUN(meta.seq_pred, key_seq_copy_compare);
+    }
+
+    action seq_read_touch() {
+        seq_read();
+        meta.touching = 1;
+    }
+
+    @name(".ina_seq_steps")
+    table seq_steps {
+        key = {
+            REDIRECT_KEY
+            meta.first: ternary @name("first");
+            meta.claim_pass: ternary @name("claim_pass");
+            meta.flushing: ternary @name("flushing");
+            meta.id_pred: ternary @name("id");
+        }
+        actions = { seq_take; seq_swap; seq_read_touch; seq_read; NoAction; }
+        const default_action = NoAction();
+        INA_CONST_TABLE_SIZE(16)
+        const entries = {
+            /*         first claim flushing id */
+            MEETS_SLOT(seq_take(), 1, _, _, LO)
+            (_, _, _, _, 1, _, LO): seq_swap();
+            MEETS_SLOT(seq_read_touch(), _, _, _, LO)
+            MEETS_SLOT(seq_read(), _, _, _, _)
+            (_, _, _, _, _, 1, _): seq_read();
+        }
+    }
+
+    /* stage 3: how the packet meets the slot (meta.path, for the stages after), and `missing` and
+     * its copy, each from a table of its own with the same entries (on Tofino, two registers of one
+     * table share its eight input-crossbar bytes for their inputs, and these two read the same two
+     * fields in different ways) */
+#define PATH_KEY \
+        key = { \
+            REDIRECT_KEY \
+            meta.first: ternary @name("first"); \
+            meta.claim_pass: ternary @name("claim_pass"); \
+            meta.flushing: ternary @name("flushing"); \
+            meta.sweep: ternary @name("sweep"); \
+            meta.id_pred: ternary @name("id"); \
+            meta.seq_pred: ternary @name("seq"); \
+        }
+/*                                       first claim flushing sweep id seq (LO: newer, HI: the same) */
+#define PATH_ENTRIES(TAKE, SAME, CLAIM, FLUSH, SWEEP, OTHER) \
+            MEETS_SLOT(TAKE, 1, _, _, _, LO, LO) \
+            MEETS_SLOT(SAME, _, _, _, _, LO, HI) \
+            (_, _, _, _, 1, _, _, LO, _): CLAIM; \
+            (_, _, _, _, _, 1, 0, LO, HI): FLUSH; \
+            (_, _, _, _, _, _, 1, LO, HI): SWEEP; \
+            MEETS_SLOT(OTHER, _, _, _, _, _, _)
+
+    action claim_slot(bit<8> path) {
+        meta.path = path;
+        INA_RUN(meta.old_missing, missing_claim);
+    }
+
+    action add_to_slot() {
+        meta.path = PATH_SAME;
+        INA_RUN(meta.old_missing, missing_add);
+    }
+
+    action sweep_slot() {
+        meta.path = PATH_SWEEP;
+        INA_RUN(meta.old_missing, missing_sweep);
+    }
+
+    action read_slot() {
+        meta.path = PATH_OTHER;
+        INA_RUN(meta.old_missing, missing_read);
+    }
+
+    action no_path() {
+        meta.path = PATH_NONE;
+    }
+
+    @name(".ina_paths")
+    table paths {
+        PATH_KEY
+        actions = { claim_slot; add_to_slot; sweep_slot; read_slot; no_path; }
+        const default_action = no_path();
+        INA_CONST_TABLE_SIZE(16)
+        const entries = {
+            PATH_ENTRIES(claim_slot(PATH_TAKE), add_to_slot(), claim_slot(PATH_CLAIM), claim_slot(PATH_FLUSH),
+                         sweep_slot(), read_slot())
+        }
+    }
+
+    action claim_copy() {
+        INA_DO(missing_copy_claim);
+    }
+
+    action add_to_copy() {
+        INA_RUN(meta.missing_pred, missing_copy_add);
+    }
+
+    action sweep_copy() {
+        INA_DO(missing_copy_sweep);
+    }
+
+    action read_copy() {
+        INA_RUN(meta.missing_pred, missing_copy_read);
+    }
+
+    @name(".ina_paths_copy")
+    table paths_copy {
+        PATH_KEY
+        actions = { claim_copy; add_to_copy; sweep_copy; read_copy; NoAction; }
+        const default_action = NoAction();
+        INA_CONST_TABLE_SIZE(16)
+        const entries = {
+            PATH_ENTRIES(claim_copy(), add_to_copy(), claim_copy(), claim_copy(), sweep_copy(), read_copy())
+        }
+    }
+
+    /* stage 4: a claim takes the slot's priority; an added contribution that leaves the chunk
+     * incomplete raises it; another key's partial answers whether its priority is below ours */
+    action prio_take() {
+        INA_RUN(meta.old_prio, prio_claim);
+    }
+
+    action prio_add() {
+        INA_DO(prio_raise);
+    }
+
+    action prio_old() {
+        INA_RUN(meta.old_prio, prio_read);
+    }
+
+    action prio_below() {
+        INA_RUN(meta.prio_lower, prio_compare);
+    }
+
+    @name(".ina_prio_steps")
+    table prio_steps {
+        key = {
+            meta.path: ternary @name("path");
+            meta.missing_pred: ternary @name("missing");
+            meta.old_missing: ternary @name("answer");
+        }
+        actions = { prio_take; prio_add; prio_old; prio_below; NoAction; }
+        const default_action = NoAction();
+        INA_CONST_TABLE_SIZE(16)
+        const entries = {
+            (PATH_TAKE, _, _): prio_take();
+            (PATH_CLAIM, _, _): prio_take();
+            (PATH_SAME, LO, _): NoAction();
+            (PATH_SAME, _, 0): NoAction();
+            (PATH_SAME, _, _): prio_add();
+            (PATH_FLUSH, _, _): prio_old();
+            (PATH_SWEEP, _, _): prio_old();
+            (PATH_OTHER, _, _): prio_below();
+        }
+    }
+
     apply {
         /* a FLUSH or SWEEP that evicts the slot leaves with its K words (each part fills its own) */
         if (hdr.ina.kind != KIND_DATA) {
@@ -246,61 +427,18 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
             INA_RUN(meta.id_pred, key_id_copy_compare);
         }
 
-        /* stage 2 */
-        if (MEETS_SLOT && meta.first == 1 && SAME_ID) {
-            INA_RUN(meta.old_seq, key_seq_take);
-            INA_RUN(meta.seq_pred, key_seq_copy_take);
-        } else if (IS_CLAIM) {
-            INA_RUN(meta.old_seq, key_seq_swap);
-            INA_DO(key_seq_copy_swap);
-        } else if (MEETS_SLOT || meta.flushing == 1) {
-            INA_RUN(meta.old_seq, key_seq_read);
-            INA_RUN(meta.seq_pred, key_seq_copy_compare);
-        }
-        if ((MEETS_SLOT || meta.claim_pass == 1) && SAME_ID) {
+        /* 0: the slot holds this job's chunk of the other operation (a register takes two packet
+         * fields, which key_id_copy's compare and swap use up) */
+        meta.other_op_diff = meta.old_id ^ meta.key_id_other_op;
+
+        meta.touching = 0;
+        seq_steps.apply();
+        if (meta.touching == 1) {
             INA_DO(touch);
         }
-
-        /* stage 3: how the packet meets the slot (the same conditions set meta.path for later stages) */
-        if (IS_TAKE || IS_CLAIM || IS_FLUSH) {
-            INA_RUN(meta.old_missing, missing_claim);
-            INA_DO(missing_copy_claim);
-        } else if (IS_SAME) {
-            INA_RUN(meta.old_missing, missing_add);
-            INA_RUN(meta.missing_pred, missing_copy_add);
-        } else if (IS_SWEEP) {
-            INA_RUN(meta.old_missing, missing_sweep);
-            INA_DO(missing_copy_sweep);
-        } else if (MEETS_SLOT) {
-            INA_RUN(meta.old_missing, missing_read);
-            INA_RUN(meta.missing_pred, missing_copy_read);
-        }
-        if (IS_TAKE) {
-            meta.path = PATH_TAKE;
-        } else if (IS_SAME) {
-            meta.path = PATH_SAME;
-        } else if (IS_CLAIM) {
-            meta.path = PATH_CLAIM;
-        } else if (IS_FLUSH) {
-            meta.path = PATH_FLUSH;
-        } else if (IS_SWEEP) {
-            meta.path = PATH_SWEEP;
-        } else if (MEETS_SLOT) {
-            meta.path = PATH_OTHER;
-        } else {
-            meta.path = PATH_NONE;
-        }
-
-        /* stage 4 */
-        if (meta.path == PATH_TAKE || meta.path == PATH_CLAIM) {
-            INA_RUN(meta.old_prio, prio_claim);
-        } else if (meta.path == PATH_SAME && (meta.missing_pred & PRED_LO) == 0 && meta.old_missing != 0) {
-            INA_DO(prio_raise);
-        } else if (meta.path == PATH_FLUSH || meta.path == PATH_SWEEP) {
-            INA_RUN(meta.old_prio, prio_read);
-        } else if (meta.path == PATH_OTHER) {
-            INA_RUN(meta.prio_lower, prio_compare);
-        }
+        paths.apply();
+        paths_copy.apply();
+        prio_steps.apply();
     }
 }
 

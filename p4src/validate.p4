@@ -1,4 +1,5 @@
-/* The malformed and unexpected checks of docs/protocol.md (sections 2 and 5). The payload length
+/* What the malformed and unexpected checks of docs/protocol.md (sections 2 and 5) look up (the
+ * checks themselves are Admission's, jobs.p4, in one chain with the job table's). The payload length
  * each kind must have is a constant table, since it depends on WORDS, index_bits and lane_bits;
  * a combination without an entry (unknown kind, lane_bits not 8/16/32, index_bits > 8) is malformed. */
 #ifndef INA_VALIDATE_P4
@@ -90,23 +91,6 @@ control Validate(inout headers_t hdr, inout ina_meta_t meta) {
         meta.rank_ok = 0;
         lengths.apply();
         ranks.apply();
-        /* the checks in order, each a plain condition (a Tofino stage tests them in its gateways) */
-        if (meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if ((hdr.ina.flags & ~KNOWN_FLAGS) != 0) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if (meta.ip_udp_gap != IPV4_HEADER_LEN) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if (hdr.udp.length != meta.expected_udp_len) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if (hdr.ina.kind != KIND_DATA && hdr.ina.kind != KIND_FLUSH
-                   && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {
-            meta.outcome = OUTCOME_UNEXPECTED;
-        }
     }
 }
 

@@ -110,6 +110,8 @@ def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, 
         out.mkdir(parents=True, exist_ok=True)
         command = [compiler, "--target", target, "--arch", ARCHITECTURES[target], "--std", "p4-16", f"-DWORDS={words}",
                    f"-DPOOL={pool}", "-I", str(src), "-o", str(out), "--p4runtime-files", str(p4info), str(program)]  # fmt: skip
+        if target == "tofino":
+            command.insert(1, "-g")  # the resource logs (pipe/logs), whose summary `ina p4 build` prints
         done = _run_compiler(command, timeout)
         if done.returncode != 0:
             raise BuildError(f"{COMPILERS[target]} failed ({' '.join(command)}):\n{done.stderr or done.stdout}")

@@ -24,11 +24,24 @@ def stage_usage(resources: dict[str, Any]) -> list[dict[str, int]]:
             "stage": stage["stage_number"],
             "SRAM": len(stage.get("rams", {}).get("srams", [])),
             "TCAM": len(stage.get("tcams", {}).get("tcams", [])),
-            "stateful ALUs": sum(1 for meter in meters if any(u.get("type") == "stateful" for u in meter.get("usages", []))),
+            "stateful ALUs": sum(1 for meter in meters if any(u.get("used_for") == "stateful_ram" for u in meter.get("usages", []))),
             "gateways": len(stage.get("gateways", {}).get("gateways", [])),
-            "tables": len(stage.get("logical_tables", {}).get("logical_tables", [])),
+            "tables": len(stage.get("logical_tables", {}).get("ids", [])),
         })  # fmt: skip
     return rows
+
+
+def phv_usage(phv: dict[str, Any]) -> dict[int, tuple[int, int]]:
+    """Per PHV container width, the containers holding a field and those the device has (bf-p4c's
+    logs/phv.json)."""
+    used: dict[int, int] = {}
+    for container in phv.get("containers", []):
+        if container.get("slices"):
+            used[container["bit_width"]] = used.get(container["bit_width"], 0) + 1
+    total: dict[int, int] = {}
+    for group in phv.get("resources", []):
+        total[group["bit_width"]] = total.get(group["bit_width"], 0) + group["num_containers"]
+    return {width: (used.get(width, 0), total[width]) for width in sorted(total)}
 
 
 def summary(path: Path) -> str:
@@ -38,4 +51,8 @@ def summary(path: Path) -> str:
     lines += ["  ".join(f"{row[c]:>13}" for c in COLUMNS) for row in rows]
     lines.append("  ".join([f"{'total':>13}"] + [f"{sum(row[c] for row in rows):>13}" for c in COLUMNS[1:]]))
     lines.append("  ".join([f"{'per stage':>13}"] + [f"{TOFINO1_STAGE[c]:>13}" for c in COLUMNS[1:]]))
+    phv_file = path.with_name("phv.json")
+    if phv_file.exists():
+        phv = phv_usage(json.loads(phv_file.read_text()))
+        lines.append("PHV containers used: " + ", ".join(f"{used}/{total} of {width} bits" for width, (used, total) in phv.items()))
     return f"bf-p4c resources ({path}): {len(rows)} MAU stages used\n" + "\n".join(lines)
