@@ -8,13 +8,15 @@
 #define INA_ARCH_TNA
 #define INA_CARRY_HEADER
 
-/* One stateful ALU a value word, since each answers one 32-bit word a pass: the ingress has 31 after
- * the slot decision (stages 0-3 decide, stage 4 has the priority and three words, stages 5-11 four
- * each). The egress sums none (docs/p4.md, "Tofino"): packets of one slot can pass each other in
- * different ports' queues on their way there. */
-#define INGRESS_WORD_ALUS 31
-#if WORDS > INGRESS_WORD_ALUS
-#error "WORDS (K) must be at most 31 on Tofino 1: a stateful ALU a word, 31 after the slot decision (docs/p4.md, Tofino)"
+/* One stateful ALU a value word, since each answers one 32-bit word a pass. bf-p4c places the
+ * admission checks in stages 0-1, the slot registers in 2-4, the priority and the first three words
+ * in 5, four words a stage after that, and the outcome, outputs and counters with and after the last
+ * word (Tofino 1 has no long branches: what follows the words in the control flow cannot go before
+ * them): 23 words fit 12 stages, 24 take 13 (docs/p4.md, "Tofino"). The egress sums none: packets of
+ * one slot can pass each other in different ports' queues on their way there. */
+#define INGRESS_WORDS 23
+#if WORDS > INGRESS_WORDS
+#error "WORDS (K) must be at most 23 on Tofino 1: the words after the slot decision and before the outputs fill 12 stages (docs/p4.md, Tofino)"
 #endif
 
 #define INA_REGISTER(T, inst, pname) @name(pname) Register<T, bit<16>>(POOL) inst;

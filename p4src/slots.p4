@@ -2,14 +2,14 @@
  * TNA: the registers in their stage order (docs/p4.md, "Stages"), each read and written by one
  * register action per pass, each action a Tofino stateful ALU's (two comparisons, one output):
  *
- *   stage 1  redirect_id, redirect_seq    key_id, key_id_copy
- *   stage 2  key_seq, key_seq_copy        touched
- *   stage 3  missing, missing_copy
- *   stage 4  prio                         (the value words follow, values.p4)
+ *   stage 1  redirect_id, redirect_seq    key_id, key_id_copy       (gateways on the packet's flags)
+ *   stage 2  key_seq, key_seq_copy        (table ina_seq_steps), touched
+ *   stage 3  missing (ina_paths), missing_copy (ina_paths_copy)
+ *   stage 4  prio (ina_prio_steps)        (the value words follow, values.p4)
  *
  * A copy takes the same writes as its register and answers another question: the registers answer
- * with values later stages compute with, the copies with 4-bit predicates that a stage's gateway
- * can test (a gateway takes a few dozen bits, not the 32-bit compares of every condition). 
+ * with values later stages compute with, the copies with 4-bit predicates that a later stage's
+ * table can match (a 32-bit compare of every condition would not fit a stage's match input).
  *
  * A slot is free when `missing` (the workers whose contribution it still lacks) is 0: completing a
  * chunk frees its slot without touching the key registers before it, which keep the key of the

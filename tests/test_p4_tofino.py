@@ -1,6 +1,6 @@
 """The TNA program with the real Tofino compiler: every name the Tofino controller writes or reads
 resolves in the bfrt.json bf-p4c writes for it, so a rename in p4src/ fails here rather than on a
-switch; and bf-p4c fits it onto Tofino 1 (not yet: a strict expected failure, docs/p4.md)."""
+switch; and bf-p4c fits it onto Tofino 1 with the most words a pass has stateful ALUs for."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import pytest
 from bfrt_fakes import fake_gc, tofino_view
 
 from ina.control import Endpoint, JobSpec
-from ina.p4 import toolchain
+from ina.p4 import resources, toolchain
+from ina.p4.build import MAX_WORDS
 from ina.p4.entries import Route
 from ina.switch.config import SwitchConfig
 
 needs_bf_p4c = pytest.mark.skipif(toolchain.missing("bf-p4c") is not None, reason=toolchain.missing("bf-p4c") or "")
-WORDS, POOL = 31, 4096
-FIT_SECONDS = 240
+WORDS, POOL = MAX_WORDS["tofino"], 4096
+FIT_SECONDS = 900
 
 
 @pytest.fixture(scope="module")
@@ -88,23 +89,37 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(prog
         assert fixed not in tables or tables[fixed]  # the PRE's tables come with the SDE, not the program
 
 
+HARMLESS_WARNINGS = (
+    # the parsers' `out` metadata: bf-p4c zero-initializes every metadata field the program does not set
+    "uninitialized-out-param",
+    # the loop bf-p4c itself adds to pad a short frame to Tofino's minimum parse depth
+    "min_parse_depth_accept_loop will be unrolled",
+)
+
+
+def functional_warnings(stderr: str) -> list[str]:
+    """bf-p4c's warnings but those that change nothing the program does (HARMLESS_WARNINGS)."""
+    lines = [line for line in stderr.splitlines() if "warning:" in line]
+    return [line for line in lines if not any(harmless in line for harmless in HARMLESS_WARNINGS)]
+
+
 @needs_bf_p4c
-@pytest.mark.xfail(strict=True, reason="bf-p4c does not yet fit the TNA program on Tofino 1: its back end builds a gateway "
-                   "condition about 48,000 && deep and does not finish (docs/p4.md, Tofino)")  # fmt: skip
-def test_bf_p4c_fits_the_tna_program_for_31_words_and_4096_slots_without_warnings(tmp_path):
+def test_bf_p4c_fits_the_tna_program_for_the_most_words_and_4096_slots(tmp_path):
     from ina.p4.build import build
 
     fitted = build(WORDS, POOL, "tofino", out=tmp_path, timeout=FIT_SECONDS)
     assert fitted.tofino is not None and fitted.tofino.binary.stat().st_size > 0
     assert json.loads(fitted.tofino.context.read_text())["program_name"] == "ina_tna"
-    assert "warning" not in fitted.warnings.lower(), fitted.warnings
+    assert functional_warnings(fitted.warnings) == []
+    stages = resources.stage_usage(json.loads(fitted.tofino.resources.read_text()))
+    assert len(stages) <= 12 and sum(stage["stateful ALUs"] for stage in stages) == 10 + WORDS
 
 
 def test_the_tofino_target_refuses_more_words_than_it_has_stateful_alus():
     from ina.p4.build import check
 
-    with pytest.raises(ValueError, match="--words must be in 1..31 for the tofino program"):
-        check("tofino", 32, 4096)
+    with pytest.raises(ValueError, match=f"--words must be in 1..{WORDS} for the tofino program"):
+        check("tofino", WORDS + 1, 4096)
 
 
 def test_without_the_sde_the_tofino_switch_says_what_to_set(monkeypatch):
