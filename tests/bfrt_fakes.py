@@ -38,18 +38,28 @@ class FakeTable:
         self.log.append(("modify", self.name, (), data[0], data[1]))
 
     def entry_get(self, target, keys, flags):
-        return iter(())
+        if self.name != "tf1.tm.port.cfg":
+            return iter(())
+        return ((SimpleNamespace(to_dict=lambda port=dict(key)["dev_port"]: tm_port_config(port)), key) for key in keys)
 
     def _entries(self, change, keys, datas):
         for key, data in zip(keys, datas):
             self.log.append((change, self.name, key) + (data or (None, ())))
 
 
+def tm_port_config(port: int) -> dict:
+    """A port's traffic-manager configuration as bf_switchd reports it (tf1.tm.port.cfg): four ports a
+    port group, eight queues each."""
+    return {"pg_id": port // 4, "pg_port_nr": port % 4, "port_queues_count": 8,
+            "egress_qid_queues": [8 * (port % 4) + qid for qid in range(8)]}  # fmt: skip
+
+
 def fake_gc(log: list) -> SimpleNamespace:
     class Tuple:
-        def __init__(self, name, value=None, int_arr_val=None, bool_arr_val=None):
+        def __init__(self, name, value=None, int_arr_val=None, bool_arr_val=None, str_val=None):
             self.name = name
-            self.value = value if value is not None else tuple(int_arr_val if int_arr_val is not None else bool_arr_val)
+            arrays = int_arr_val if int_arr_val is not None else bool_arr_val
+            self.value = next(v for v in (value, str_val, None if arrays is None else tuple(arrays)) if v is not None)
 
     tables: dict[str, FakeTable] = {}
     info = SimpleNamespace(table_get=lambda name: tables.setdefault(name, FakeTable(name, log)))
@@ -64,7 +74,7 @@ def fake_gc(log: list) -> SimpleNamespace:
 
 def tofino_view(log: list) -> list[tuple]:
     """The BfRt writes in the P4Runtime decoding's form: table entries as they are, each group as the
-    `$pre.mgid` write with its nodes' (port, replica id) pairs."""
+    `$pre.mgid` write with its nodes' (port, replica id) pairs; the traffic manager's (tf1.tm.*) left out."""
     nodes: dict[int, tuple[int, int]] = {}
     view = []
     for change, table, key, action, data in log:
@@ -77,6 +87,6 @@ def tofino_view(log: list) -> list[tuple]:
             ids = dict(data).get("$MULTICAST_NODE_ID", ())
             replicas = tuple(nodes[node] for node in ids) if change != "delete" else None
             view.append((change, "group", group, replicas))
-        else:
+        elif not table.startswith("tf1.tm."):
             view.append((change, table, key, action, data) if change != "delete" else (change, table, key))
     return view

@@ -68,7 +68,8 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(prog
     switch.deregister(7)
     written = tofino_view(log)
     assert {entry[1] for entry in written} >= {"ina_switch", "ina_jobs", "ina_workers", "ina_victims", "ina_replicas", "group"}
-    for change, table_name, key, *rest in (entry for entry in log if not entry[1].startswith("$pre")):
+    fixed_tables = ("$pre.", "tf1.tm.")  # the SDE's own tables, in no program's bfrt.json
+    for change, table_name, key, *rest in (entry for entry in log if not entry[1].startswith(fixed_tables)):
         table = tables[resolve(table_name, list(tables))]
         for field, _ in key:
             resolve(field, [k["name"] for k in table.get("key", [])])
@@ -113,6 +114,29 @@ def test_bf_p4c_fits_the_tna_program_for_the_most_words_and_4096_slots(tmp_path)
     assert functional_warnings(fitted.warnings) == []
     stages = resources.stage_usage(json.loads(fitted.tofino.resources.read_text()))
     assert len(stages) <= 12 and sum(stage["stateful ALUs"] for stage in stages) == 10 + WORDS
+
+
+def test_the_tofino_switch_serves_every_routed_port_s_queues_by_priority(tmp_path):
+    """ESA's egress queues on Tofino: each routed port's eight queues strict-priority, queue id 7
+    first, addressed through the port's own queue map (tf1.tm.port.cfg, as bf_switchd reports it)."""
+    from bfrt_fakes import tm_port_config, tofino_build
+
+    from ina.p4.controller import P4Switch
+    from ina.p4.tofino_device import TofinoDevice
+
+    log: list = []
+    gc = fake_gc(log)
+    routes = [Route("10.0.0.1", "02:00:00:00:00:01", 1), Route("10.0.0.2", "02:00:00:00:00:02", 6)]
+    P4Switch(SwitchConfig(pool=8, words=4), TofinoDevice(gc.client, gc, "cpu0", cpu_port=64), "10.0.0.254",
+             "02:00:00:00:00:fe", routes, tofino_build(4, 8, tmp_path))  # fmt: skip
+    written = {(dict(key)["pg_id"], dict(key)["pg_queue"]): dict(data)
+               for change, table, key, _, data in log if table == "tf1.tm.queue.sched_cfg" and change == "modify"}  # fmt: skip
+    expected = {}
+    for port in (1, 6):
+        config = tm_port_config(port)
+        for qid in range(8):
+            expected[(config["pg_id"], config["egress_qid_queues"][qid])] = {"min_priority": str(qid), "max_priority": str(qid)}
+    assert written == expected
 
 
 def test_the_tofino_target_refuses_more_words_than_it_has_stateful_alus():

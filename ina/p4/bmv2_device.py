@@ -5,7 +5,7 @@ queue depths)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ina.p4.bmv2 import CPU_PORT, Bmv2Process
 from ina.p4.build import Build
@@ -60,6 +60,9 @@ class Bmv2Device:
 
     def write(self, change: str, items: Sequence[TableEntry | Group]) -> None:
         self.runtime.write(*self.updates(change, items))
+
+    def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
+        """Nothing to set: simple_switch_grpc started with --priority-queues serves its highest first."""
 
     def registers(self, name: str) -> list[int]:
         return self.thrift.registers(f"ina_{name}")

@@ -52,6 +52,7 @@ class P4Switch:
         forwarding, flood = entries.forwarding(self.routes.values())
         device.write(MODIFY, [entries.identity(ip, mac, config.policy)])
         device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port)])
+        device.serve_queues_by_priority({route.port for route in self.routes.values()})
 
     # -- ControlTarget ---------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ program declares (one array per register on BMv2; 64-bit pairs on Tofino, docs/p
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from ina.p4.build import Build
 from ina.p4.entries import Group, TableEntry
@@ -43,6 +43,9 @@ class Device(Protocol):
 
     def write(self, change: str, items: Sequence[TableEntry | Group]) -> None:
         """INSERT, MODIFY or DELETE table entries and multicast groups, in order."""
+
+    def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
+        """Serve each port's egress queues strict-priority, the highest queue id first."""
 
     def registers(self, name: str) -> list[int]:
         """Every cell of logical register `name` (one of REGISTERS), by slot."""

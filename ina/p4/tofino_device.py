@@ -20,11 +20,12 @@ import socket
 import sys
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ina.p4.build import Build
 from ina.p4.device import DELETE, INSERT, MODIFY, REGISTERS
 from ina.p4.entries import Group, TableEntry
+from ina.protocol.constants import EGRESS_QUEUES
 
 PROGRAM = "ina_tna"
 """The P4 program's name on the device (p4src/ina_tna.p4)."""
@@ -206,6 +207,30 @@ class TofinoDevice:
         for data, _ in table.entry_get(self.all_pipes, [key], {"from_hw": True}):
             return int(data.to_dict()["$COUNTER_SPEC_PKTS"])
         return 0
+
+    # -- the traffic manager ----------------------------------------------------------------------
+
+    def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
+        """Each port's egress queues strict-priority, queue id 7 first: the program puts a packet in
+        the queue of its priority under esa (ig_tm_md.qid; docs/p4.md, "Egress queues"). The traffic
+        manager addresses a port's queues as (port group, queue in the group), which the port's
+        configuration maps from the queue ids (the SDE's bf_rt_tm_tf1.json)."""
+        gc = self.gc
+        ports_cfg, queues = self.info.table_get("tf1.tm.port.cfg"), self.info.table_get("tf1.tm.queue.sched_cfg")
+        for port in sorted(set(ports)):
+            key = ports_cfg.make_key([gc.KeyTuple("dev_port", port)])
+            config = next((data.to_dict() for data, _ in ports_cfg.entry_get(self.all_pipes, [key], {"from_hw": False})), None)
+            if config is None:
+                raise RuntimeError(f"bf_switchd has no traffic-manager configuration for port {port} (tf1.tm.port.cfg)")
+            if config["port_queues_count"] < EGRESS_QUEUES:
+                raise RuntimeError(f"port {port} has {config['port_queues_count']} egress queues; ina's program uses "
+                                   f"{EGRESS_QUEUES} (give the port {EGRESS_QUEUES} queues in bf_switchd, tf1.tm.port.cfg)")  # fmt: skip
+            group_queues = list(config["egress_qid_queues"])[:EGRESS_QUEUES]
+            for qid, queue in enumerate(group_queues):
+                level = str(qid)
+                queue_key = queues.make_key([gc.KeyTuple("pg_id", config["pg_id"]), gc.KeyTuple("pg_queue", queue)])
+                data = queues.make_data([gc.DataTuple("min_priority", str_val=level), gc.DataTuple("max_priority", str_val=level)])
+                queues.entry_mod(self.all_pipes, [queue_key], [data])
 
     # -- the CPU port -----------------------------------------------------------------------------
 
