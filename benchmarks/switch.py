@@ -20,6 +20,7 @@ import os
 import select
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from ina.control import Endpoint, JobSpec
 from ina.control.http import ControlClient
 from ina.net.frames import Frames
 from ina.net.udp import BatchSocket, open_socket
+from ina.p4.toolchain import TOOLS
 from ina.protocol import HEADER_DTYPE, HEADER_LEN, MAGIC, VERSION, Kind
 
 LOOPBACK = "127.0.0.1"
@@ -43,6 +45,12 @@ class Case:
     procs: int
     batch: int
     target: str = "native"
+    bmv2: str | None = None
+    """simple_switch_grpc to run for the bmv2 target (default: as ina finds it)."""
+
+    @property
+    def label(self) -> str:
+        return f"bmv2:{Path(self.bmv2).parent.parent.name}" if self.bmv2 else self.target
 
 
 BMV2_HOST, BMV2_SWITCH, BMV2_MAC = "10.97.0.1", "10.97.0.254", "02:00:00:00:00:fe"
@@ -54,6 +62,8 @@ def _serve_switch(case: Case, ready: mp.Queue, stop: mp.Event) -> None:
     from ina.switch.server import SwitchServer
 
     config = SwitchConfig(pool=case.pool, words=case.words)
+    if case.bmv2:
+        os.environ[TOOLS["simple_switch_grpc"]] = case.bmv2
     if case.target == "bmv2":
         _serve_bmv2(config, ready, stop)
         return
@@ -92,12 +102,13 @@ def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignor
         subprocess.run(["ip", "link", "del", switch_side], capture_output=True)
 
 
-def _data_rows(job: int, rank: int, seqs: np.ndarray, slot_base: int, pool: int, payload: np.ndarray) -> np.ndarray:
+def _data_rows(job: int, rank: int, seqs: np.ndarray, slots: tuple[int, int, int], payload: np.ndarray) -> np.ndarray:
     """DATA packets for consecutive chunks as rows of a uint8 matrix, built with numpy."""
     head = np.zeros(seqs.size, dtype=HEADER_DTYPE)
     head["magic"], head["version"], head["kind"] = MAGIC, VERSION, Kind.DATA
     head["job"], head["rank"], head["seq"] = job, rank, seqs
-    head["slot"] = (slot_base + seqs) % pool
+    slot_base, span, pool = slots
+    head["slot"] = (slot_base + seqs % span) % pool  # the job's slots (docs/protocol.md, section 5)
     head["lane_bits"], head["bitmap"] = LANE_BITS, 1 << rank
     body = np.broadcast_to(payload.astype(">u4").view(np.uint8), (seqs.size, 4 * payload.size))
     return np.concatenate([head.view(np.uint8).reshape(seqs.size, HEADER_LEN), body], axis=1)
@@ -141,7 +152,7 @@ def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Q
     ps = BatchSocket(open_socket((host, 0))) if 0 in ranks else None
     if ps is not None:
         ports.put(("ps", ps.sock.getsockname()[1]))
-    job, slot_base, deadline = go.get()
+    job, slots, deadline = go.get()
     payload = np.random.default_rng(ranks[0]).integers(0, 30, case.words, dtype=np.uint32)
     sent = dict.fromkeys(ranks, 0)
     windows = {rank: _Window(case.window) for rank in ranks}
@@ -152,7 +163,7 @@ def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Q
             limit = windows[rank].done + case.window
             if sent[rank] < limit:
                 seqs = np.arange(sent[rank], limit, dtype=np.uint32)
-                io.send_frames(_to(switch, _data_rows(job, rank, seqs, slot_base, case.pool, payload)))
+                io.send_frames(_to(switch, _data_rows(job, rank, seqs, slots, payload)))
                 sent[rank] = limit
         readable, _, _ = select.select(readers, [], [], 0.05)
         for io in readable:
@@ -186,10 +197,11 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
     control = ControlClient(*control_addr)
     spec = JobSpec(job=1, workers=tuple(Endpoint(host, by_rank[r]) for r in range(case.workers)), window=case.window,
                    lane_bits=LANE_BITS, ps=Endpoint(host, by_rank["ps"]))  # fmt: skip
-    slot_base = control.register(spec)["slot_base"]
+    placed = control.register(spec)
+    slots = (placed["slot_base"], placed["span"], case.pool)
     deadline = time.time() + warmup + case.seconds
     for q in gos:
-        q.put((spec.job, slot_base, deadline))
+        q.put((spec.job, slots, deadline))
     time.sleep(warmup)
     load_cpu = lambda: sum(_cpu_seconds(process.pid) for process in loads)  # noqa: E731
     before, cpu_before, load_before, t0 = control.counters(), _cpu_seconds(pid), load_cpu(), time.time()
@@ -203,7 +215,7 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
     elapsed = t1 - t0
     rx = (after["rx_packets"] - before["rx_packets"]) / elapsed
     return {
-        "target": case.target, "words": case.words, "workers": case.workers, "window": case.window,
+        "target": case.label, "words": case.words, "workers": case.workers, "window": case.window,
         "rx_pps": rx, "tx_pps": (after["tx_packets"] - before["tx_packets"]) / elapsed,
         "chunks_per_s": (after["completed"] - before["completed"]) / elapsed,
         "fp32_MBps": rx * case.words * (32 // LANE_BITS) * 4 / 1e6,
@@ -227,14 +239,18 @@ def main() -> None:
     parser.add_argument("--target", nargs="+", choices=("python", "native", "bmv2"), default=["python", "native"],
                         help="switches to measure, one after the other in this run: the software switch's Python or "
                              "native core, or the P4 switch on BMv2 (root, p4c and BMv2) (default: %(default)s)")
+    parser.add_argument("--bmv2", nargs="+", metavar="SIMPLE_SWITCH_GRPC", default=[None],
+                        help="BMv2 builds to measure side by side for the bmv2 target, each a simple_switch_grpc "
+                             "(default: the one ina finds on PATH or at $INA_SIMPLE_SWITCH_GRPC)")
     args = parser.parse_args()
-    print(f"{'target':>8} {'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
+    print(f"{'target':>14} {'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
           f"{'rx pkt/CPU-s':>12} {'load CPU':>8}")  # fmt: skip
-    for target, words in itertools.product(args.target, args.words):
-        runs = sorted((measure(Case(words, args.workers, args.window, args.pool, args.seconds, args.procs, args.batch, target))
-                       for _ in range(args.repeat)), key=lambda r: r["rx_pps"])  # fmt: skip
+    targets = [(target, bmv2) for target in args.target for bmv2 in (args.bmv2 if target == "bmv2" else [None])]
+    for (target, bmv2), words in itertools.product(targets, args.words):
+        case = Case(words, args.workers, args.window, args.pool, args.seconds, args.procs, args.batch, target, bmv2)
+        runs = sorted((measure(case) for _ in range(args.repeat)), key=lambda r: r["rx_pps"])
         for label, r in (("median", runs[len(runs) // 2]), ("best", runs[-1])):
-            print(f"{target:>8} {words:>5} {label:>6} {r['rx_pps']:>10,.0f} {r['tx_pps']:>10,.0f} {r['chunks_per_s']:>9,.0f} "
+            print(f"{case.label:>14} {words:>5} {label:>6} {r['rx_pps']:>10,.0f} {r['tx_pps']:>10,.0f} {r['chunks_per_s']:>9,.0f} "
                   f"{r['fp32_MBps']:>12,.1f} {r['switch_cpu']:>10.0%} {r['capacity_pps']:>12,.0f} {r['load_cpu']:>8.0%}"
                   + ("  STALLED" if any(run["stalled"] for run in runs) else ""))  # fmt: skip
     print(f"({args.workers} workers in {args.procs} load processes, window {args.window}, pool {args.pool}, "

@@ -19,15 +19,8 @@
 #define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
 #define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
 
-/* The value words: one array, word i of slot s at s * WORDS + i; one action per word step, whose
- * body (values.p4) is the Tofino RegisterAction's. */
+/* The value words: one array, word i of slot s at s * WORDS + i (values.p4 steps through them). */
 #define INA_WORD_REGISTERS @name(".ina_value") register<bit<32>>(POOL * WORDS) words_register;
-#define INA_WORD_STEP_ACTION(act, BODY) \
-    action act(in bit<32> i, inout bit<32> word) { \
-        bit<32> value; bit<32> rv = word; \
-        words_register.read(value, (bit<32>)meta.slot * WORDS + i); BODY(word) words_register.write((bit<32>)meta.slot * WORDS + i, value); \
-        word = rv; \
-    }
 
 #define INA_CONST_TABLE_SIZE(n)  /* p4c warns on a constant table's size; bf-p4c wants it */
 

@@ -105,27 +105,65 @@ control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
     }
 }
 
-#else /* v1model: one array (ina_value), the same bodies as actions */
+#else /* v1model: one array (ina_value), the same bodies in one action a slot action */
 
 INA_WORD_REGISTERS
 
-#define V1_WORD_STEPS \
-    INA_WORD_STEP_ACTION(word_swap, WORD_SWAP) \
-    INA_WORD_STEP_ACTION(word_add, WORD_ADD) \
-    INA_WORD_STEP_ACTION(word_max, WORD_MAX) \
-    INA_WORD_STEP_ACTION(word_read, WORD_READ)
+/* Every word's step in one action: BMv2 runs an action's primitives in one go, where a step a word
+ * (a condition and an action each) costs it pipeline nodes a word. `OUT` puts the answer in the packet. */
+#define V1_WORD_STEP(i, BODY, OUT) { \
+        bit<32> value; bit<32> rv; \
+        words_register.read(value, base + i); BODY(hdr.words[i].value) words_register.write(base + i, value); OUT }
+#define V1_WORD_ACTION_HEAD bit<32> base = (bit<32>)meta.slot * WORDS;
 
 control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
-    V1_WORD_STEPS
-    apply {
-#define WORD_STEP(i) \
-    if (meta.slot_action == SLOT_STORE) { bit<32> kept = hdr.words[i].value; word_swap(i, kept); } \
-    else if (meta.slot_action == SLOT_SWAP) { word_swap(i, hdr.words[i].value); } \
-    else if (meta.slot_action == SLOT_ADD) { word_add(i, hdr.words[i].value); } \
-    else if (meta.slot_action == SLOT_MAX) { word_max(i, hdr.words[i].value); } \
-    else if (meta.slot_action == SLOT_READ) { word_read(i, hdr.words[i].value); }
+    action store_words() {
+        V1_WORD_ACTION_HEAD
+#define WORD_STEP(i) V1_WORD_STEP(i, WORD_SWAP, )
 #include "each_word.p4"
 #undef WORD_STEP
+    }
+
+    action swap_words() {
+        V1_WORD_ACTION_HEAD
+#define WORD_STEP(i) V1_WORD_STEP(i, WORD_SWAP, hdr.words[i].value = rv;)
+#include "each_word.p4"
+#undef WORD_STEP
+    }
+
+    action add_words() {
+        V1_WORD_ACTION_HEAD
+#define WORD_STEP(i) V1_WORD_STEP(i, WORD_ADD, hdr.words[i].value = rv;)
+#include "each_word.p4"
+#undef WORD_STEP
+    }
+
+    action max_words() {
+        V1_WORD_ACTION_HEAD
+#define WORD_STEP(i) V1_WORD_STEP(i, WORD_MAX, hdr.words[i].value = rv;)
+#include "each_word.p4"
+#undef WORD_STEP
+    }
+
+    action read_words() {
+        V1_WORD_ACTION_HEAD
+#define WORD_STEP(i) V1_WORD_STEP(i, WORD_READ, hdr.words[i].value = rv;)
+#include "each_word.p4"
+#undef WORD_STEP
+    }
+
+    apply {
+        if (meta.slot_action == SLOT_STORE) {
+            store_words();
+        } else if (meta.slot_action == SLOT_SWAP) {
+            swap_words();
+        } else if (meta.slot_action == SLOT_ADD) {
+            add_words();
+        } else if (meta.slot_action == SLOT_MAX) {
+            max_words();
+        } else if (meta.slot_action == SLOT_READ) {
+            read_words();
+        }
     }
 }
 
