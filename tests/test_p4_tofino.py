@@ -139,6 +139,20 @@ def test_the_tofino_switch_serves_every_routed_port_s_queues_by_priority(tmp_pat
     assert written == expected
 
 
+def test_a_port_with_fewer_than_eight_queues_stops_the_tofino_switch_with_what_to_change(monkeypatch):
+    import bfrt_fakes
+
+    from ina.p4.tofino_device import TofinoDevice
+
+    gc = fake_gc([])
+    device = TofinoDevice(gc.client, gc, "cpu0", cpu_port=64)
+    device.info = gc.client.bfrt_info_get("ina")
+    monkeypatch.setattr(bfrt_fakes, "tm_port_config", lambda port: {"pg_id": 0, "pg_port_nr": 0, "port_queues_count": 4,
+                                                                    "egress_qid_queues": [0, 1, 2, 3]})  # fmt: skip
+    with pytest.raises(RuntimeError, match="port 3 has 4 egress queues; ina's program uses 8"):
+        device.serve_queues_by_priority([3])
+
+
 def test_the_tofino_target_refuses_more_words_than_it_has_stateful_alus():
     from ina.p4.build import check
 
