@@ -3,6 +3,7 @@ without a compiler the command says where it looked and what to install."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -23,6 +24,17 @@ def test_a_missing_compiler_is_named_with_where_ina_looked(monkeypatch, tmp_path
     done = subprocess.run([sys.executable, "-m", "ina.cli", "p4", "build", "--words", "4", "--pool", "8"],
                           capture_output=True, text=True, env=os.environ | {"INA_P4C": str(tmp_path / "no-p4c")})  # fmt: skip
     assert done.returncode == 2 and "ina p4 build: p4c not found" in done.stderr
+
+
+@pytest.mark.parametrize("target, words", [("bmv2", 64), ("tofino", 23)])
+def test_without_words_each_target_is_built_for_the_most_it_takes_up_to_64(target, words, monkeypatch):
+    from ina.p4 import build as p4build
+    from ina.p4.cli import run_build
+
+    asked: list = []
+    monkeypatch.setattr(p4build, "build", lambda *args: asked.append(args) or (_ for _ in ()).throw(BuildError("stop")))
+    assert run_build(argparse.Namespace(target=target, words=None, pool=4096, out=None)) == 2
+    assert asked == [(words, 4096, target, None)]
 
 
 def test_sizes_the_program_cannot_take_fail_before_compiling():
