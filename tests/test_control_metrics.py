@@ -141,7 +141,7 @@ def test_a_slow_rank_is_named_by_the_api_and_by_ina_top(capsys):
             waits = np.sum([[rank["wait_seconds"] for rank in d["ranks"]] for _, d in details], axis=0) if details else np.zeros(3)
             if since is None and waits.sum() > 0.2:
                 since = waits
-            elif since is not None and (waits - since).sum() > 2.0:  # many slow steps measured
+            elif since is not None and (waits - since).sum() > 6.0:  # many slow steps: one resend stall of another rank is diluted
                 (role, named), waits = max(details, key=lambda d: d[1]["ranks"][2]["waited_on"]), waits - since
         assert named is not None, "neither the switch nor the PS measured a slow rank"
         assert named["slowest_rank"] == 2, named
