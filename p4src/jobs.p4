@@ -28,8 +28,6 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         meta.priority_cap = priority_cap;
         meta.prio_gap = priority_cap |-| hdr.ina.priority;
         meta.lane_bits = lane_bits;
-        meta.ps_ip = ps_ip;
-        meta.ps_port = ps_port;
         meta.dst_ip = ps_ip;
         meta.dst_port = ps_port;
         meta.from_ps_ip = hdr.ipv4.src ^ ps_ip;
@@ -99,7 +97,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
             INA_ASSUME(meta.fanin >= 1 && meta.fanin <= 32);
             INA_ASSUME(meta.full == (32w0xFFFFFFFF >> (32w32 - (bit<32>)meta.fanin)));
             INA_ASSUME(meta.lane_bits == 8 || meta.lane_bits == 16 || meta.lane_bits == 32);
-            INA_ASSUME(meta.ps_ip != 0 && meta.ps_port != 0);
+            INA_ASSUME(meta.dst_ip != 0 && meta.dst_port != 0);
             INA_ASSUME(meta.span_mask < POOL && (meta.span_mask & (meta.span_mask + 1)) == 0);
             INA_ASSUME(meta.neg_slot_base < POOL && (meta.neg_slot_base & meta.span_mask) == 0);
         }

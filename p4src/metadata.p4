@@ -100,8 +100,6 @@ struct ina_meta_t {
 #endif
     bit<8>  fanin;           /* n */
     bit<8>  lane_bits;
-    bit<32> ps_ip;
-    bit<16> ps_port;
     bit<32> from_ps_ip;      /* source IP xor the PS's (0: from the job's PS) */
     bit<16> from_ps_port;
     bit<1>  job_known;       /* the job table holds (job, op) */
@@ -162,7 +160,7 @@ struct ina_meta_t {
     bit<32> victim_ps_ip;    /* a claim pass: the PS of the slot's job (table ina_victims) */
     bit<16> victim_ps_port;
 
-    /* where a unicast packet goes: its job's PS, or a claimed partial's */
+    /* where a unicast packet goes: its job's PS (set by the job table), or a claimed partial's */
     bit<32> dst_ip;
     bit<16> dst_port;
 
