@@ -190,14 +190,15 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
     }
 }
 
-/* ESA's egress queue of a priority (docs/protocol.md, "Egress queues"): eight levels a queue; atp
- * and static keep one FIFO. */
+/* ESA's egress queue of a DATA's or PARTIAL's priority (docs/protocol.md, "Egress queues"): eight
+ * levels a queue, from queue 1 up, since queue 0 holds the RESULTs and everything else nobody's
+ * chunk waits behind; atp and static keep one FIFO. */
 control EgressQueue(in bit<8> priority, in bit<1> esa, out bit<3> queue) {
     apply {
         if (esa == 0) {
             queue = 0;
-        } else if (priority < 56) {
-            queue = priority[5:3];
+        } else if (priority < 48) {
+            queue = priority[5:3] + 1;
         } else {
             queue = 7;
         }

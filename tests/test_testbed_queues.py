@@ -1,5 +1,6 @@
 """The testbed's egress queues (docs/protocol.md, "Egress queues"): on a shaped link, an ina packet of a higher
-priority leaves before a backlog of lower ones, and with the queues taken away the link is one FIFO again.
+priority leaves before a backlog of lower ones, a DATA of the lowest priority before a backlog of RESULT copies,
+and with the queues taken away the link is one FIFO again.
 Two network namespaces joined by a veth pair, shaped as Mininet's TCLink shapes it; needs root, ip and tc."""
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ print("ready", flush=True)
 order = []
 try:
     while len(order) < int(sys.argv[1]):
-        order.append(s.recv(2048)[7])
+        data = s.recv(2048)
+        order.append(f"{data[2]}:{data[7]}")
 except socket.timeout:
     pass
 print(" ".join(map(str, order)), flush=True)
 """
 SEND = """
-import socket
+import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for priority in [0] * %d + [60] * %d:
-    s.sendto(bytes([0xA7, 1, 1, 0, 0, 1, 0, priority]) + bytes(392), ("10.9.0.2", 47101))
-""" % (LOW, HIGH)
+for packet in sys.argv[1:]:
+    kind, priority = map(int, packet.split(":"))
+    s.sendto(bytes([0xA7, 1, kind, 0, 0, 1, 0, priority]) + bytes(392), ("10.9.0.2", 47101))
+"""
+DATA, RESULT = 1, 2
 
 
 @pytest.fixture
@@ -61,24 +65,26 @@ def link():
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def arrival_order(namespaces: tuple[str, str]) -> list[int]:
-    """The priorities of the datagrams in the order they arrive: LOW of 0 sent first, then HIGH of 60."""
+def arrival_order(namespaces: tuple[str, str], low: str, high: str) -> list[str]:
+    """The datagrams ("kind:priority") in the order they arrive: LOW of `low` sent first, then HIGH of `high`."""
     a, b = namespaces
     receiver = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", RECEIVE, str(LOW + HIGH)], stdout=subprocess.PIPE, text=True)
     assert receiver.stdout.readline().strip() == "ready"
-    subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", SEND], check=True)
-    order = [int(p) for p in receiver.communicate(timeout=30)[0].split()]
+    subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", SEND, *[low] * LOW, *[high] * HIGH], check=True)
+    order = receiver.communicate(timeout=30)[0].split()
     assert len(order) == LOW + HIGH, f"the link lost datagrams: {len(order)} of {LOW + HIGH} arrived"
     return order
 
 
-def test_a_higher_priority_leaves_before_a_backlog_and_without_the_queues_waits_behind_it(link):
+@pytest.mark.parametrize("low, high", [(f"{DATA}:0", f"{DATA}:60"), (f"{RESULT}:0", f"{DATA}:0")],
+                         ids=["a DATA of priority 60 passes DATA of 0", "a DATA of priority 0 passes RESULT copies"])  # fmt: skip
+def test_the_later_packets_leave_before_a_backlog_and_without_the_queues_wait_behind_it(link, low, high):
     shell, namespaces = link
     shell(priority_queue_commands("DEV", 1))
-    order = arrival_order(namespaces)
-    last_high = max(i for i, p in enumerate(order) if p == 60)
-    assert last_high < LOW // 2, f"the high-priority datagrams waited behind the backlog: arrival order {order}"
+    order = arrival_order(namespaces, low, high)
+    last_high = max(i for i, p in enumerate(order) if p == high)
+    assert last_high < LOW // 2, f"the later datagrams waited behind the backlog: arrival order {order}"
     shell(fifo_commands("DEV"))
     assert "5:10" not in shell("tc class show dev DEV")
-    order = arrival_order(namespaces)
-    assert order == [0] * LOW + [60] * HIGH, f"one FIFO again keeps the sending order: {order}"
+    order = arrival_order(namespaces, low, high)
+    assert order == [low] * LOW + [high] * HIGH, f"one FIFO again keeps the sending order: {order}"

@@ -11,10 +11,13 @@ DEFAULT_PS_CONTROL_PORT = 47181
 MAX_WORKERS = 32
 LANE_WIDTHS = (8, 16, 32)
 MAX_INDEX_BITS = 8
+KIND_OFFSET = 2
+"""The header byte that holds a packet's kind."""
 PRIORITY_OFFSET = 7
 """The header byte that holds a packet's priority."""
 EGRESS_QUEUES = 8
-"""Strict-priority egress queues of a switch under esa (section 5, "Egress queues"): queue min(priority >> 3, 7)."""
+"""Strict-priority egress queues of a switch under esa (section 5, "Egress queues"): a DATA or PARTIAL in
+queue min(priority >> 3, 6) + 1, every other packet in queue 0."""
 
 
 class Kind(IntEnum):

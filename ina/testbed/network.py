@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ina.net.impair import chain_name, egress_rules
-from ina.protocol.constants import EGRESS_QUEUES, MAGIC, PRIORITY_OFFSET
+from ina.protocol.constants import EGRESS_QUEUES, KIND_OFFSET, MAGIC, PRIORITY_OFFSET, Kind
 from ina.testbed.spec import Link as LinkSpec
 from ina.testbed.spec import Run
 
@@ -306,19 +306,20 @@ class Network:
 def priority_queue_commands(device: str, mbit: float) -> str:
     """Shell commands: TCLink's HTB class 5:1 (the link's rate) split into EGRESS_QUEUES classes that borrow its
     rate in priority order (HTB's `prio`; each is guaranteed a token 8 kbit/s, so the order is all but strict), each
-    ina packet in the class of its header's queue (min(priority >> 3, 7)), anything else in queue 0's.
+    ina DATA or PARTIAL in the class of its header's queue (min(priority >> 3, 6) + 1), anything else in queue 0's.
     This kernel has HTB and u32 but not the prio qdisc."""
     ours = f"match u8 0x45 0xff at 0 match u8 17 0xff at 9 match u8 {MAGIC:#x} 0xff at {UDP_PAYLOAD}"
     lines = [fifo_commands(device)]
     for queue in range(EGRESS_QUEUES):
         lines.append(f"tc class add dev {device} parent 5:1 classid {_queue_class(queue)} htb rate 8kbit ceil {mbit:g}mbit "
                      f"prio {EGRESS_QUEUES - 1 - queue}")  # fmt: skip
-    for queue in range(1, EGRESS_QUEUES):
-        # priorities 8q .. 8q+7; the top queue also takes 64 and up (prefixes 01 and 1 of the byte)
-        ranges = [(8 * queue, 0xF8)] + ([(0x40, 0xC0), (0x80, 0x80)] if queue == EGRESS_QUEUES - 1 else [])
-        for value, mask in ranges:
-            lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} "
-                         f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
+    for kind in (Kind.DATA, Kind.PARTIAL):
+        for queue in range(1, EGRESS_QUEUES):
+            # priorities 8(q-1) .. 8(q-1)+7; the top queue takes 48 and up (prefixes 0011, 01 and 1 of the byte)
+            top = [(0x30, 0xF0), (0x40, 0xC0), (0x80, 0x80)]
+            for value, mask in top if queue == EGRESS_QUEUES - 1 else [(8 * (queue - 1), 0xF8)]:
+                lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} match u8 {kind:#x} 0xff at {UDP_PAYLOAD + KIND_OFFSET} "
+                             f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
     lines.append(f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}")
     return " && ".join(lines)
 
