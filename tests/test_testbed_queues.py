@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from ina.protocol.constants import Kind
 from ina.testbed.network import fifo_commands, priority_queue_commands
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"),
@@ -41,7 +42,7 @@ for packet in sys.argv[1:]:
     kind, priority = map(int, packet.split(":"))
     s.sendto(bytes([0xA7, 1, kind, 0, 0, 1, 0, priority]) + bytes(392), ("10.9.0.2", 47101))
 """
-DATA, RESULT = 1, 2
+DATA, RESULT = int(Kind.DATA), int(Kind.RESULT)
 
 
 @pytest.fixture
