@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import itertools
 import os
 import shutil
 import subprocess
@@ -313,13 +314,13 @@ def priority_queue_commands(device: str, mbit: float) -> str:
     for queue in range(EGRESS_QUEUES):
         lines.append(f"tc class add dev {device} parent 5:1 classid {_queue_class(queue)} htb rate 8kbit ceil {mbit:g}mbit "
                      f"prio {EGRESS_QUEUES - 1 - queue}")  # fmt: skip
-    for kind in (Kind.DATA, Kind.PARTIAL):
-        for queue in range(1, EGRESS_QUEUES):
-            # priorities 8(q-1) .. 8(q-1)+7; the top queue takes 48 and up (prefixes 0011, 01 and 1 of the byte)
-            top = [(0x30, 0xF0), (0x40, 0xC0), (0x80, 0x80)]
-            for value, mask in top if queue == EGRESS_QUEUES - 1 else [(8 * (queue - 1), 0xF8)]:
-                lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} match u8 {kind:#x} 0xff at {UDP_PAYLOAD + KIND_OFFSET} "
-                             f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
+    # (value, mask) of the priority byte: queue q takes 8(q-1) .. 8(q-1)+7, the top one 48 and up (prefixes 0011, 01, 1)
+    priorities = {queue: [(8 * (queue - 1), 0xF8)] for queue in range(1, EGRESS_QUEUES - 1)}
+    priorities[EGRESS_QUEUES - 1] = [(0x30, 0xF0), (0x40, 0xC0), (0x80, 0x80)]
+    for kind, (queue, matches) in itertools.product((Kind.DATA, Kind.PARTIAL), priorities.items()):
+        for value, mask in matches:
+            lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} match u8 {kind:#x} 0xff at {UDP_PAYLOAD + KIND_OFFSET} "
+                         f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
     lines.append(f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}")
     return " && ".join(lines)
 
