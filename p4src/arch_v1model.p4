@@ -19,8 +19,8 @@
 #define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
 #define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
 
-/* The value words: one array, word i of slot s at s * WORDS + i (values.p4 steps through them). */
-#define INA_WORD_REGISTERS @name(".ina_value") register<bit<32>>(POOL * WORDS) words_register;
+/* The value words: a slot's K words in one entry, laid out as the packet's (headers.p4, words_h). */
+#define INA_WORD_REGISTERS @name(".ina_value") register<bit<(WORDS * 32)>>(POOL) words_register;
 
 #define INA_CONST_TABLE_SIZE(n)  /* p4c warns on a constant table's size; bf-p4c wants it */
 

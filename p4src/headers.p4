@@ -127,9 +127,27 @@ header ina_h {
     bit<32> bitmap;
 }
 
+#ifdef INA_WIDE_WORDS
+/* BMv2 pays for a primitive per field, about the same whatever its width: the K words as one field,
+ * so that a packet's words cost one extract, one register access and a few lane-wise operations
+ * (values.p4), not K of each. Word 0 is the field's most significant 32 bits, as on the wire. */
+header words_h {
+    bit<(WORDS * 32)> value;
+}
+
+/* The controller's read of a slot's words, answered to the CPU port with the words after it: BMv2's
+ * Thrift reads at most 64 bits of a register entry. A frame of this EtherType from the CPU port. */
+const bit<16> ETHERTYPE_INA_PEEK = 0x88B5;  /* IEEE 802 local experimental */
+header peek_h {
+    bit<16> slot;
+}
+#define INA_WORDS_TYPE words_h
+#else
 header word_h {
     bit<32> value;
 }
+#define INA_WORDS_TYPE word_h[WORDS]
+#endif
 
 /* What a later pass, or the egress, must know of a packet (docs/p4.md, "Passes"). On TNA it travels
  * as a header in front of the frame; on v1model in metadata that recirculation preserves. */
@@ -158,10 +176,13 @@ struct headers_t {
     ina_bridge_h bridge;
 #endif
     ethernet_h ethernet;
+#ifdef INA_WIDE_WORDS
+    peek_h peek;
+#endif
     ipv4_h ipv4;
     udp_h udp;
     ina_h ina;
-    word_h[WORDS] words;
+    INA_WORDS_TYPE words;
 }
 
 #endif

@@ -18,6 +18,7 @@
 #define CPU_PORT 255
 #endif
 
+#define INA_WIDE_WORDS
 #include "headers.p4"
 #include "arch_v1model.p4"
 #include "metadata.p4"
@@ -42,6 +43,13 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_me
         meta.truncated = std.packet_length < 14 + (bit<32>)hdr.ipv4.total_len ? 1w1 : 1w0;
         meta.now = std.ingress_global_timestamp[31:0];
         meta.in_port = std.ingress_port;
+        if (hdr.peek.isValid() && std.ingress_port == CPU_PORT) {
+            /* the controller reads a slot's words (headers.p4, peek_h): back to it, counted nowhere */
+            hdr.words.setValid();  /* first: BMv2 zeroes a header it makes valid */
+            words_register.read(hdr.words.value, (bit<32>)hdr.peek.slot);
+            std.egress_spec = CPU_PORT;
+            return;
+        }
         logic.apply(hdr, meta);
         if (meta.drop == 1) {
             mark_to_drop(std);
@@ -59,6 +67,9 @@ control InaEgress(inout headers_t hdr, inout ina_meta_t meta, inout standard_met
     apply {
         meta.egress_rid = std.egress_rid;
         meta.out_port = std.egress_port;
+        if (hdr.peek.isValid() && std.egress_port == CPU_PORT) {
+            return;
+        }
         logic.apply(hdr, meta);
         if (meta.out_kind == OUT_RECIRC) {
             recirculate_preserving_field_list(1);

@@ -9,8 +9,14 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_INA_PEEK: parse_peek;
             default: accept;
         }
+    }
+
+    state parse_peek {
+        packet.extract(hdr.peek);
+        transition accept;
     }
 
     state parse_ipv4 {
@@ -39,9 +45,7 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
     }
 
     state parse_words {
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#include "each_word.p4"
-#undef WORD_STEP
+        packet.extract(hdr.words);
         transition accept;
     }
 }
@@ -67,6 +71,7 @@ control InaComputeChecksum(inout headers_t hdr, inout ina_meta_t meta) {
 control InaDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
+        packet.emit(hdr.peek);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
         packet.emit(hdr.ina);

@@ -390,9 +390,13 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     apply {
         /* a FLUSH or SWEEP that evicts the slot leaves with its K words (each part fills its own) */
         if (hdr.ina.kind != KIND_DATA) {
+#ifdef INA_WIDE_WORDS
+            hdr.words.setValid();
+#else
 #define WORD_STEP(i) hdr.words[i].setValid();
 #include "each_word.p4"
 #undef WORD_STEP
+#endif
         }
 
         /* the effective priority: min(priority, priority_cap) */

@@ -1,7 +1,8 @@
 /* The value words of a slot (docs/protocol.md, section 5): SUM chunks add modulo 2^32, MAX chunks
- * take the unsigned maximum, every word in the ingress right after the slot decision. One register
- * action per word and step, whose bodies below both architectures run. None is left to the egress:
- * packets of one slot can pass each other in different ports' queues on their way there. */
+ * take the unsigned maximum, every word in the ingress right after the slot decision, which chooses
+ * the step (ChooseSlotAction, shared). None is left to the egress: packets of one slot can pass each
+ * other in different ports' queues on their way there. On TNA one register action per word and
+ * step; on v1model one action steps all K words at once, lane-wise (BMv2 pays per primitive). */
 #ifndef INA_VALUES_P4
 #define INA_VALUES_P4
 
@@ -105,51 +106,56 @@ control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
     }
 }
 
-#else /* v1model: one array (ina_value), the same bodies in one action a slot action */
+#else /* v1model: one entry a slot of all K words (headers.p4, words_h), stepped lane-wise at once */
 
 INA_WORD_REGISTERS
 
-/* Every word's step in one action: BMv2 runs an action's primitives in one go, where a step a word
- * (a condition and an action each) costs it pipeline nodes a word. `OUT` puts the answer in the packet. */
-#define V1_WORD_STEP(i, BODY, OUT) { \
-        bit<32> value; bit<32> rv; \
-        words_register.read(value, base + i); BODY(hdr.words[i].value) words_register.write(base + i, value); OUT }
-#define V1_WORD_ACTION_HEAD bit<32> base = (bit<32>)meta.slot * WORDS;
+/* Lane-wise arithmetic on the K words as one number, exact per 32-bit word: with each word's top
+ * bit set aside, no carry or borrow crosses into the next word (the SWAR idiom). */
+typedef bit<(WORDS * 32)> words_t;
+const words_t WORD_ONES = ((words_t)0 - 1) / 0xFFFFFFFF;  /* 1 in every word */
+const words_t WORD_TOPS = WORD_ONES << 31;
+const words_t WORD_LOWS = ~WORD_TOPS;
+
+/* a + b modulo 2^32 in every word: the low 31 bits add without crossing, the top bits by xor */
+#define WORDS_ADD(a, b) ((((a) & WORD_LOWS) + ((b) & WORD_LOWS)) ^ (((a) ^ (b)) & WORD_TOPS))
+/* a word's top bit set where a's low 31 bits are at least b's: 2^31 + a_low - b_low never borrows */
+#define WORDS_LOW_AT_LEAST(a, b) ((((a) | WORD_TOPS) - ((b) & WORD_LOWS)) & WORD_TOPS)
 
 control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
     action store_words() {
-        V1_WORD_ACTION_HEAD
-#define WORD_STEP(i) V1_WORD_STEP(i, WORD_SWAP, )
-#include "each_word.p4"
-#undef WORD_STEP
+        words_register.write((bit<32>)meta.slot, hdr.words.value);
     }
 
     action swap_words() {
-        V1_WORD_ACTION_HEAD
-#define WORD_STEP(i) V1_WORD_STEP(i, WORD_SWAP, hdr.words[i].value = rv;)
-#include "each_word.p4"
-#undef WORD_STEP
+        words_t value;
+        words_register.read(value, (bit<32>)meta.slot);
+        words_register.write((bit<32>)meta.slot, hdr.words.value);
+        hdr.words.value = value;
     }
 
     action add_words() {
-        V1_WORD_ACTION_HEAD
-#define WORD_STEP(i) V1_WORD_STEP(i, WORD_ADD, hdr.words[i].value = rv;)
-#include "each_word.p4"
-#undef WORD_STEP
+        words_t value;
+        words_register.read(value, (bit<32>)meta.slot);
+        value = WORDS_ADD(value, hdr.words.value);
+        words_register.write((bit<32>)meta.slot, value);
+        hdr.words.value = value;
     }
 
     action max_words() {
-        V1_WORD_ACTION_HEAD
-#define WORD_STEP(i) V1_WORD_STEP(i, WORD_MAX, hdr.words[i].value = rv;)
-#include "each_word.p4"
-#undef WORD_STEP
+        words_t value;
+        words_register.read(value, (bit<32>)meta.slot);
+        words_t w = hdr.words.value;
+        /* a word's top bit where value >= w: value's top bit where the top bits differ, else the low bits' */
+        words_t keep = ((value & ~w) | (~(value ^ w) & WORDS_LOW_AT_LEAST(value, w))) & WORD_TOPS;
+        keep = (keep - (keep >> 31)) | keep;  /* the top bit spread over its word */
+        value = (value & keep) | (w & ~keep);
+        words_register.write((bit<32>)meta.slot, value);
+        hdr.words.value = value;
     }
 
     action read_words() {
-        V1_WORD_ACTION_HEAD
-#define WORD_STEP(i) V1_WORD_STEP(i, WORD_READ, hdr.words[i].value = rv;)
-#include "each_word.p4"
-#undef WORD_STEP
+        words_register.read(hdr.words.value, (bit<32>)meta.slot);
     }
 
     apply {

@@ -57,10 +57,10 @@ def test_p4c_compiles_the_bmv2_program_without_warnings(words, pool, tmp_path):
     result = build(words, pool, out=tmp_path)
     assert "warning" not in result.warnings.lower(), result.warnings
     pipeline = json.loads(result.pipeline.read_text())
-    registers = {r["name"]: r["size"] for r in pipeline["register_arrays"]}
-    assert registers["ina_missing"] == pool and registers["ina_value"] == pool * words
-    headers = {h["name"]: h for h in pipeline["headers"]}
-    assert sum(1 for name in headers if name.startswith("words[")) == words
+    registers = {r["name"]: (r["size"], r["bitwidth"]) for r in pipeline["register_arrays"]}
+    assert registers["ina_missing"] == (pool, 32) and registers["ina_value"] == (pool, 32 * words)  # a slot's K words in one entry
+    header_types = {h["name"]: h["fields"] for h in pipeline["header_types"]}
+    assert header_types["words_h"] == [["value", 32 * words, False]]
     p4info = result.p4info.read_text()
     for table in ("ina_jobs", "ina_workers", "ina_victims", "ina_routes", "ina_replicas", "ina_switch", "ina_l2"):
         assert f'name: "{table}"' in p4info

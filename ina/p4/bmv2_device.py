@@ -1,11 +1,15 @@
 """BMv2 as a `Device`: P4Runtime for the program, table entries, multicast groups and packet-out;
 BMv2's Thrift API for what its P4Runtime server does not serve (registers, counters by name,
-queue depths)."""
+queue depths); a slot's value words, one register entry wider than Thrift reads, through the
+program's peek at the CPU port."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from ina.p4.bmv2 import CPU_PORT, Bmv2Process
 from ina.p4.build import Build
@@ -17,6 +21,11 @@ from ina.p4.runtime import P4Info, P4RuntimeClient, Update
 QUEUE_DEPTH = 4096
 """Packets each BMv2 egress queue holds: a window of RESULT copies to every worker and the PS."""
 _UPDATES = {INSERT: Update.INSERT, MODIFY: Update.MODIFY, DELETE: Update.DELETE}
+PEEK = struct.Struct("!12xHH")
+"""A peek frame (p4src/headers.p4, peek_h): Ethernet with zero addresses, its EtherType, the slot."""
+PEEK_ETHERTYPE = 0x88B5
+PEEK_TIMEOUT = 5.0
+"""Seconds BMv2 has to answer a peek."""
 
 
 class Bmv2Device:
@@ -28,6 +37,7 @@ class Bmv2Device:
     def __init__(self, runtime: P4RuntimeClient, thrift: Bmv2Thrift, bmv2: Bmv2Process | None = None) -> None:
         self.runtime, self.thrift, self.bmv2 = runtime, thrift, bmv2
         self.info: P4Info | None = None
+        self.program: Build | None = None
 
     @classmethod
     def start(cls, interfaces: Mapping[int, str], log: Path | None = None) -> Bmv2Device:
@@ -49,6 +59,7 @@ class Bmv2Device:
     def load(self, program: Build) -> None:
         self.thrift.set_queue_depths(QUEUE_DEPTH)
         self.info = self.runtime.set_pipeline(program.p4info, program.pipeline)
+        self.program = program
 
     def updates(self, change: str, items: Sequence[TableEntry | Group]) -> list:
         """The P4Runtime updates that make `change` to `items`."""
@@ -65,7 +76,23 @@ class Bmv2Device:
         """Nothing to set: simple_switch_grpc started with --priority-queues serves its highest first."""
 
     def registers(self, name: str) -> list[int]:
-        return self.thrift.registers(f"ina_{name}")
+        return self._peek_values() if name == "value" else self.thrift.registers(f"ina_{name}")
+
+    def _peek_values(self) -> list[int]:
+        """Every slot's K words, word i of slot s at s * K + i: all peeks sent at once, then their answers."""
+        assert self.program is not None, "load() the program first"
+        words, pool = self.program.words, self.program.pool
+        for slot in range(pool):
+            self.runtime.packet_out(PEEK.pack(PEEK_ETHERTYPE, slot))
+        values = np.zeros((pool, words), dtype=np.uint32)
+        pending = set(range(pool))
+        while pending:
+            frame = self.runtime.packet_in(PEEK_TIMEOUT)
+            ethertype, slot = PEEK.unpack_from(frame)
+            if ethertype == PEEK_ETHERTYPE and slot in pending and len(frame) == PEEK.size + 4 * words:
+                values[slot] = np.frombuffer(frame, dtype=">u4", offset=PEEK.size)
+                pending.discard(slot)
+        return values.ravel().tolist()
 
     def write_register(self, name: str, index: int, value: int) -> None:
         self.thrift.write_register(f"ina_{name}", index, value)

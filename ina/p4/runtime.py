@@ -1,4 +1,4 @@
-"""A small P4Runtime client: pipeline, table entries, multicast groups and packet-out.
+"""A small P4Runtime client: pipeline, table entries, multicast groups, packet-out and packet-in.
 
 Enough of P4Runtime for ina's controller, on the `p4runtime` package's protobufs: one
 connection as primary controller, names resolved through the P4Info.
@@ -6,6 +6,7 @@ connection as primary controller, names resolved through the P4Info.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from pathlib import Path
@@ -17,6 +18,8 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 Update = p4runtime_pb2.Update
+PACKET_INS_KEPT = 65536
+"""Packet-ins held for `packet_in` at most; older ones are dropped first."""
 
 
 class P4RuntimeError(RuntimeError):
@@ -82,6 +85,7 @@ class P4RuntimeClient:
             raise P4RuntimeError(f"no P4Runtime server answers at {address} within {timeout:g} s") from None
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
         self._outbox: queue.Queue[p4runtime_pb2.StreamMessageRequest | None] = queue.Queue()
+        self._packet_ins: queue.Queue[bytes] = queue.Queue(PACKET_INS_KEPT)
         self._stream = self._stub.StreamChannel(self._requests())
         self._outbox.put(p4runtime_pb2.StreamMessageRequest(arbitration=p4runtime_pb2.MasterArbitrationUpdate(
             device_id=device_id, election_id=self.election_id)))  # fmt: skip
@@ -98,12 +102,22 @@ class P4RuntimeClient:
             yield request
 
     def _drain(self) -> None:
-        """Read the stream until it closes (packet-ins and idle notifications are not used)."""
+        """Read the stream until it closes, keeping packet-ins for `packet_in` (idle notifications are not used)."""
         try:
-            for _ in self._stream:
-                pass
+            for message in self._stream:
+                if message.HasField("packet"):
+                    self._keep(message.packet.payload)
         except grpc.RpcError:
             pass
+
+    def _keep(self, frame: bytes) -> None:
+        while True:
+            try:
+                self._packet_ins.put_nowait(frame)
+                return
+            except queue.Full:
+                with contextlib.suppress(queue.Empty):
+                    self._packet_ins.get_nowait()
 
     def set_pipeline(self, p4info: Path, pipeline: Path) -> P4Info:
         """Load a compiled program (P4Info text and the target's device config) onto the device."""
@@ -136,6 +150,13 @@ class P4RuntimeClient:
     def packet_out(self, frame: bytes) -> None:
         """Inject `frame` at the device's CPU port."""
         self._outbox.put(p4runtime_pb2.StreamMessageRequest(packet=p4runtime_pb2.PacketOut(payload=frame)))
+
+    def packet_in(self, timeout: float) -> bytes:
+        """The next frame the device sent to its CPU port; P4RuntimeError when none comes within `timeout` seconds."""
+        try:
+            return self._packet_ins.get(timeout=timeout)
+        except queue.Empty:
+            raise P4RuntimeError(f"no packet-in within {timeout:g} s") from None
 
     def _call(self, method, request) -> None:  # type: ignore[no-untyped-def]
         try:

@@ -73,6 +73,20 @@ def max_chunk(r: Recorder) -> None:
     r.send(r.rig.data(1, 1, 0, [norms[1], 0, 0, 0], op_max=True), "completes with the unsigned maximum, lane_bits 32")
 
 
+def word_edges(r: Recorder) -> None:
+    """Words whose sums carry out of bit 31 and out of the word, and maxima that differ in the top
+    bit or only below it: a target that steps all K words at once (BMv2's) must keep them apart."""
+    r.job(1, workers=3, window=2)
+    r.send(r.rig.data(1, 0, 0, [0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x40000000]), "SUM: rank 0 claims slot 0")
+    r.send(r.rig.data(1, 1, 0, [0x00000001, 0x80000000, 0xFFFFFFFF, 0x40000000]), "rank 1 adds: carries out of bit 31")
+    r.send(r.rig.data(1, 2, 0, [0x80000000, 0x00000001, 0x00000002, 0x80000000]), "rank 2 completes: every word wraps")
+    r.send(r.rig.data(1, 0, 1, [0x80000000, 0x7FFFFFFF, 0xFFFFFFFE, 5], op_max=True), "MAX: rank 0 claims slot 1")
+    r.send(r.rig.data(1, 1, 1, [0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 5], op_max=True), "rank 1: top bits differ both ways")
+    r.send(r.rig.data(1, 2, 1, [0x00000001, 0xFFFFFFFF, 0x7FFFFFFF, 4], op_max=True), "rank 2 completes: maxima word by word")
+    r.send(r.rig.data(1, 0, 2, [0xFFFFFFFF, 0x80000000, 1, 0x7FFFFFFF]), "SUM chunk 2: rank 0 claims slot 2")
+    r.send(r.rig.data(1, 1, 2, [0x00000002, 0x80000000, 0xFFFFFFFF, 1]), "rank 1 adds; the partial stays in its slot")
+
+
 def duplicate(r: Recorder) -> None:
     r.job(1, workers=2, window=2)
     r.send(r.rig.data(1, 0, 0, [5, 5, 5, 5]), "claim")
@@ -197,6 +211,8 @@ SCENARIOS: dict[str, Scenario] = {  # name: (steps, description, switch options,
     "claim_complete": (claim_and_complete, "Claim, add, complete: RESULT to every worker and a copy to the PS.", {},
                        {"claimed": 2, "aggregated": 2, "completed": 1}),
     "max": (max_chunk, "A MAX chunk (the shared norm): unsigned maximum of float32 bit patterns.", {}, {"completed": 1}),
+    "word_edges": (word_edges, "Sums that carry out of bit 31 and wrap, maxima that differ above and below bit 31.", {},
+                   {"claimed": 3, "aggregated": 5, "completed": 2}),
     "duplicate": (duplicate, "A network duplicate of a first transmission is dropped.", {}, {"duplicate": 1, "completed": 1}),
     "resend_flush": (resend_flush, "RESENDs: flush of a held contribution, forward on a free slot, add when missing.", {},
                      {"flushed": 1, "redirected": 1, "resend_forwarded": 1, "aggregated": 2}),
