@@ -4,9 +4,11 @@ The switch server runs in its own process, one target after the other in one run
 Python reference core), `native` (the C data plane, ina/switch/_native.c) and `bmv2` (BMv2 on a
 veth pair this benchmark creates; run as root). Load-generating worker processes run closed
 loops (at most `window` chunks outstanding, as real workers do) with batched sends (GSO) and
-receives (GRO), each worker over its own UDP socket; the first also drains the PS's socket,
-where the result copies land. Rates come from the switch's own counters; "rx pkt/CPU-s" divides
-the packets it received by the CPU time (user and kernel) of the switch's process alone.
+receives (GRO), each worker over its own UDP socket. The job's PS is ina's own, in a process of
+its own: it takes the result copies, and completes the chunks the switch sends it (a collision:
+two workers' first packets of a chunk both racing for its free slot on a P4 switch), as it does in
+a deployment; the workers never resend. Rates come from the switch's own counters; "rx pkt/CPU-s"
+divides the packets it received by the CPU time (user and kernel) of the switch's process alone.
 "fp32-equivalent MB/s" counts the coordinates the switch aggregated per second at 4 bytes
 each, with 8-bit lanes carrying 4 coordinates per 32-bit word.
 """
@@ -89,6 +91,8 @@ def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignor
         for name in (switch_side, host_side):
             run("sysctl", "-q", "-w", f"net.ipv6.conf.{name}.disable_ipv6=1")
             run("ip", "link", "set", name, "up")
+        # a DATA the switch forwards to the PS keeps its worker's source, an address of this host too
+        run("sysctl", "-q", "-w", f"net.ipv4.conf.{host_side}.accept_local=1")
         run("ip", "addr", "add", f"{BMV2_HOST}/24", "dev", host_side)
         run("ethtool", "-K", host_side, "tx", "off")  # full checksums and no GSO: BMv2 forwards frames as they are
         run("ip", "neigh", "replace", BMV2_SWITCH, "lladdr", BMV2_MAC, "dev", host_side, "nud", "permanent")
@@ -100,6 +104,16 @@ def _serve_bmv2(config, ready: mp.Queue, stop: mp.Event) -> None:  # type: ignor
             stop.wait()
     finally:
         subprocess.run(["ip", "link", "del", switch_side], capture_output=True)
+
+
+def _serve_ps(case: Case, host: str, ready: mp.Queue, stop: mp.Event) -> None:
+    from ina.ps.native import ps_core
+    from ina.ps.server import PSServer
+
+    with PSServer(ps_core(case.words), (host, 0), (LOOPBACK, 0), batch=case.batch) as server:
+        server.start()
+        ready.put((server.address, server.control_address, os.getpid()))
+        stop.wait()
 
 
 def _data_rows(job: int, rank: int, seqs: np.ndarray, slots: tuple[int, int, int], payload: np.ndarray) -> np.ndarray:
@@ -143,21 +157,17 @@ class _Window:
 
 def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Queue, results: mp.Queue) -> None:
     """Closed loops of the workers `ranks` in one process: each keeps `window` chunks
-    outstanding (it sends chunk `seq` once it holds every result below `seq - window`).
-    The process holding rank 0 also plays the PS: it drains the result copies."""
+    outstanding (it sends chunk `seq` once it holds every result below `seq - window`)."""
     host = BMV2_HOST if case.target == "bmv2" else LOOPBACK
     sockets = {rank: BatchSocket(open_socket((host, 0))) for rank in ranks}
     for rank, io in sockets.items():
         ports.put((rank, io.sock.getsockname()[1]))
-    ps = BatchSocket(open_socket((host, 0))) if 0 in ranks else None
-    if ps is not None:
-        ports.put(("ps", ps.sock.getsockname()[1]))
     job, slots, deadline = go.get()
     payload = np.random.default_rng(ranks[0]).integers(0, 30, case.words, dtype=np.uint32)
     sent = dict.fromkeys(ranks, 0)
     windows = {rank: _Window(case.window) for rank in ranks}
     rank_of = {io.fileno(): rank for rank, io in sockets.items()}
-    readers = [*sockets.values(), *([ps] if ps is not None else [])]
+    readers = list(sockets.values())
     while time.time() < deadline:
         for rank, io in sockets.items():
             limit = windows[rank].done + case.window
@@ -167,10 +177,6 @@ def _load(ranks: list[int], case: Case, switch: tuple, ports: mp.Queue, go: mp.Q
                 sent[rank] = limit
         readable, _, _ = select.select(readers, [], [], 0.05)
         for io in readable:
-            if io is ps:
-                while len(ps.recv_frames()):
-                    pass
-                continue
             windows[rank_of[io.fileno()]].receive(_seqs(io.recv_frames()))
     results.put(min(w.done for w in windows.values()))
 
@@ -187,16 +193,20 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
     switch.start()
     data_addr, control_addr, pid = ready.get(timeout=30)
     host = BMV2_HOST if case.target == "bmv2" else LOOPBACK
+    ps = ctx.Process(target=_serve_ps, args=(case, host, ready, stop))
+    ps.start()
+    ps_addr, ps_control_addr, ps_pid = ready.get(timeout=30)
     ports, results = ctx.Queue(), ctx.Queue()
     groups = [list(range(case.workers))[i :: case.procs] for i in range(case.procs)]
     gos = [ctx.Queue() for _ in groups]
     loads = [ctx.Process(target=_load, args=(ranks, case, data_addr, ports, go, results)) for ranks, go in zip(groups, gos)]
     for process in loads:
         process.start()
-    by_rank = dict(ports.get(timeout=30) for _ in range(case.workers + 1))
+    by_rank = dict(ports.get(timeout=30) for _ in range(case.workers))
     control = ControlClient(*control_addr)
     spec = JobSpec(job=1, workers=tuple(Endpoint(host, by_rank[r]) for r in range(case.workers)), window=case.window,
-                   lane_bits=LANE_BITS, ps=Endpoint(host, by_rank["ps"]))  # fmt: skip
+                   lane_bits=LANE_BITS, ps=Endpoint(*ps_addr), switch=Endpoint(*data_addr))  # fmt: skip
+    ControlClient(*ps_control_addr).register(spec)
     placed = control.register(spec)
     slots = (placed["slot_base"], placed["span"], case.pool)
     deadline = time.time() + warmup + case.seconds
@@ -204,14 +214,15 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
         q.put((spec.job, slots, deadline))
     time.sleep(warmup)
     load_cpu = lambda: sum(_cpu_seconds(process.pid) for process in loads)  # noqa: E731
-    before, cpu_before, load_before, t0 = control.counters(), _cpu_seconds(pid), load_cpu(), time.time()
+    before, cpu_before, load_before, ps_before, t0 = control.counters(), _cpu_seconds(pid), load_cpu(), _cpu_seconds(ps_pid), time.time()
     time.sleep(case.seconds)
-    after, cpu_after, load_after, t1 = control.counters(), _cpu_seconds(pid), load_cpu(), time.time()
+    after, cpu_after, load_after, ps_after, t1 = control.counters(), _cpu_seconds(pid), load_cpu(), _cpu_seconds(ps_pid), time.time()
     chunks = [results.get(timeout=30) for _ in loads]
     for process in loads:
         process.join()
     stop.set()
     switch.join()
+    ps.join()
     elapsed = t1 - t0
     rx = (after["rx_packets"] - before["rx_packets"]) / elapsed
     return {
@@ -222,6 +233,7 @@ def measure(case: Case, warmup: float = 0.5) -> dict:
         "switch_cpu": (cpu_after - cpu_before) / elapsed,
         "capacity_pps": (after["rx_packets"] - before["rx_packets"]) / max(cpu_after - cpu_before, 1e-9),
         "load_cpu": (load_after - load_before) / elapsed,
+        "ps_cpu": (ps_after - ps_before) / elapsed,
         "stalled": min(chunks) == 0 or after["completed"] == before["completed"],
     }  # fmt: skip
 
@@ -244,14 +256,14 @@ def main() -> None:
                              "(default: the one ina finds on PATH or at $INA_SIMPLE_SWITCH_GRPC)")
     args = parser.parse_args()
     print(f"{'target':>14} {'K':>5} {'run':>6} {'rx pkt/s':>10} {'tx pkt/s':>10} {'chunks/s':>9} {'fp32-eq MB/s':>12} {'switch CPU':>10} "
-          f"{'rx pkt/CPU-s':>12} {'load CPU':>8}")  # fmt: skip
+          f"{'rx pkt/CPU-s':>12} {'load CPU':>8} {'PS CPU':>6}")  # fmt: skip
     targets = [(target, bmv2) for target in args.target for bmv2 in (args.bmv2 if target == "bmv2" else [None])]
     for (target, bmv2), words in itertools.product(targets, args.words):
         case = Case(words, args.workers, args.window, args.pool, args.seconds, args.procs, args.batch, target, bmv2)
         runs = sorted((measure(case) for _ in range(args.repeat)), key=lambda r: r["rx_pps"])
         for label, r in (("median", runs[len(runs) // 2]), ("best", runs[-1])):
             print(f"{case.label:>14} {words:>5} {label:>6} {r['rx_pps']:>10,.0f} {r['tx_pps']:>10,.0f} {r['chunks_per_s']:>9,.0f} "
-                  f"{r['fp32_MBps']:>12,.1f} {r['switch_cpu']:>10.0%} {r['capacity_pps']:>12,.0f} {r['load_cpu']:>8.0%}"
+                  f"{r['fp32_MBps']:>12,.1f} {r['switch_cpu']:>10.0%} {r['capacity_pps']:>12,.0f} {r['load_cpu']:>8.0%} {r['ps_cpu']:>6.0%}"
                   + ("  STALLED" if any(run["stalled"] for run in runs) else ""))  # fmt: skip
     print(f"({args.workers} workers in {args.procs} load processes, window {args.window}, pool {args.pool}, "
           f"switch batch {args.batch}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
