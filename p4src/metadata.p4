@@ -70,6 +70,7 @@ const bit<32> NO_EVENT = 7;
  * (slots.p4), so one bit answers each. */
 const bit<4> PRED_LO = 4w0b0010;  /* the low comparison held (and the high one not) */
 const bit<4> PRED_HI = 4w0b0100;  /* the high comparison held (and the low one not) */
+const bit<4> PRED_BOTH = 4w0b1000;  /* both held (only key_id_copy's claim-pass swap can answer it) */
 
 struct ina_meta_t {
     /* from the architecture (the top-level program fills these before the shared controls run) */
@@ -132,7 +133,8 @@ struct ina_meta_t {
     bit<4>  redirect_id_pred;   /* redirect_id is this key id (PRED_LO) */
     bit<4>  redirect_seq_pred;  /* redirect_seq is this seq (PRED_LO) */
     bit<32> old_id;          /* key_id */
-    bit<4>  id_pred;         /* key_id is this key id, or (claim pass) the expected one (PRED_LO) */
+    bit<4>  id_pred;         /* key_id is this key id (PRED_LO); claim pass: the expected one (PRED_LO), this key id
+                                unexpected (PRED_HI: another worker's claim pass of this chunk went first), both */
     bit<32> other_op_diff;   /* old_id xor this job's key id of the other operation */
     bit<32> old_seq;         /* key_seq */
     bit<4>  seq_pred;        /* this chunk is newer (lo), the same seq (hi) */

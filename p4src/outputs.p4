@@ -100,8 +100,9 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         }
     }
 
-    /* The claim pass: the slot is ours if it still held the key the first pass saw; else the PS
-     * takes the packet (its FLUSH requests resolve any split this leaves). */
+    /* The claim pass: the slot is ours if it still held the key the first pass saw, or if another
+     * worker's claim pass took it for this very chunk (PATH_SAME: the packet adds to it, as on a first
+     * pass); else the PS takes the packet (its FLUSH requests resolve any split this leaves). */
     @name(".ina_claim_outcomes")
     table claim_outcomes {
         key = {
@@ -109,15 +110,21 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
             meta.old_missing: ternary @name("answer");
             meta.rest: ternary @name("rest");
             CARRY.claim_kind: ternary @name("claim_kind");
+            meta.missing_pred: ternary @name("missing");
         }
         actions = { send; claim_evict; }
         const default_action = send(OUT_TO_PS, OUTCOME_COLLISION, NO_EVENT);
         INA_CONST_TABLE_SIZE(8)
         const entries = {
-            (PATH_CLAIM, 0, 0, _): send(OUT_RESULT, OUTCOME_CLAIMED, EVENT_COMPLETED);
-            (PATH_CLAIM, 0, _, _): send(OUT_DROP, OUTCOME_CLAIMED, NO_EVENT);
-            (PATH_CLAIM, _, _, CLAIM_PREEMPT): claim_evict(EVENT_PREEMPTED);
-            (PATH_CLAIM, _, _, _): claim_evict(EVENT_STALE);
+            (PATH_CLAIM, 0, 0, _, _): send(OUT_RESULT, OUTCOME_CLAIMED, EVENT_COMPLETED);
+            (PATH_CLAIM, 0, _, _, _): send(OUT_DROP, OUTCOME_CLAIMED, NO_EVENT);
+            (PATH_CLAIM, _, _, CLAIM_PREEMPT, _): claim_evict(EVENT_PREEMPTED);
+            (PATH_CLAIM, _, _, _, _): claim_evict(EVENT_STALE);
+            /* the chunk left the slot meanwhile (flushed: the PS holds it) */
+            (PATH_SAME, _, _, _, PRED_LO &&& PRED_LO): send(OUT_TO_PS, OUTCOME_COLLISION, NO_EVENT);
+            (PATH_SAME, 0, _, _, _): send(OUT_DROP, OUTCOME_DUPLICATE, NO_EVENT);
+            (PATH_SAME, _, _, _, PRED_HI &&& PRED_HI): send(OUT_RESULT, OUTCOME_AGGREGATED, EVENT_COMPLETED);
+            (PATH_SAME, _, _, _, _): send(OUT_DROP, OUTCOME_AGGREGATED, NO_EVENT);
         }
     }
 

@@ -30,6 +30,7 @@
  * and PRED_HI, and a key tests one of its bits. The table columns below: */
 #define LO PRED_LO &&& PRED_LO          /* the low comparison held */
 #define HI PRED_HI &&& PRED_HI          /* the high comparison held */
+#define BOTH PRED_BOTH &&& PRED_BOTH    /* both held */
 #define NOT_LO 0 &&& PRED_LO           /* the low comparison did not hold */
 /* A DATA on its first pass that meets its slot: not redirected (redirect id and seq both this
  * chunk's); the redirect's predicates are the first two columns after data_first. */
@@ -94,8 +95,10 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         }
     INA_END(key_id)
 
+    /* ... and whether it holds this key id instead: two workers' first packets of a chunk both found
+     * the slot free, and the other's claim pass took it first (this packet then adds to it) */
     INA_ACTION(bit<32>, bit<4>, key_id_copy, key_id_copy_swap)
-        rv = INA_PREDICATE1(value == CARRY.expect_id);
+        rv = INA_PREDICATE(value == CARRY.expect_id, value == meta.key_id);
         if (value == CARRY.expect_id) {
             value = meta.key_id;
         }
@@ -255,6 +258,8 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
             /*         first claim flushing id */
             MEETS_SLOT(seq_take(), 1, _, _, LO)
             (_, _, _, _, 1, _, LO): seq_swap();
+            (_, _, _, _, 1, _, BOTH): seq_swap();
+            (_, _, _, _, 1, _, HI): seq_read_touch();
             MEETS_SLOT(seq_read_touch(), _, _, _, LO)
             MEETS_SLOT(seq_read(), _, _, _, _)
             (_, _, _, _, _, 1, _): seq_read();
@@ -280,6 +285,8 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
             MEETS_SLOT(TAKE, 1, _, _, _, LO, LO) \
             MEETS_SLOT(SAME, _, _, _, _, LO, HI) \
             (_, _, _, _, 1, _, _, LO, _): CLAIM; \
+            (_, _, _, _, 1, _, _, BOTH, _): CLAIM; \
+            (_, _, _, _, 1, _, _, HI, HI): SAME; \
             (_, _, _, _, _, 1, 0, LO, HI): FLUSH; \
             (_, _, _, _, _, _, 1, LO, HI): SWEEP; \
             MEETS_SLOT(OTHER, _, _, _, _, _, _)

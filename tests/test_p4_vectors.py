@@ -151,3 +151,24 @@ def test_bmv2_serves_its_egress_queue_by_priority_under_esa_only(policy, port, s
         assert order.index(63) < 5, order
     else:
         assert order.index(63) == 30, order
+
+
+@pytest.mark.parametrize("policy", ["esa", "atp"])
+def test_bmv2_first_packets_of_a_chunk_sent_at_once_all_aggregate(policy, port, switch_for):
+    """Every worker's first packet of a chunk, sent back to back to a slot another job's key left:
+    each can find it free on its first pass and take the claim pass, where the first claims it and
+    the others add to it (docs/p4.md, "Passes"), as the reference does; none goes to the PS."""
+    switch = switch_for(SwitchConfig(pool=8, words=4, policy=policy))
+    _, wire = port
+    host_mac = interface_mac(port[0].host_side)
+    rig, spec = Rig(pool=8, words=4, policy=policy), job_spec(1, workers=3, window=2)
+    assert switch.register(spec)["slot_base"] == rig.register(spec)
+    packets = [rig.data(1, rank, 0) for rank in range(3)]
+    expected = rig.core.receive(packets, 0.0)
+    for datagram in packets:
+        wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, host_mac, SWITCH_MAC))
+    got = collect(wire, len(expected))
+    assert by_destination(got) == by_destination([{"dst": "%s:%d" % d.addr, "hex": d.data.hex()} for d in expected])
+    counts = settle(switch, 3)
+    assert {k: v for k, v in counts.items() if v} == {k: v for k, v in rig.core.counters().items() if v}
+    assert counts["claimed"] == 1 and counts["aggregated"] == 2 and counts["collision"] == 0
