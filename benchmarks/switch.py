@@ -5,9 +5,8 @@ Python reference core), `native` (the C data plane, ina/switch/_native.c) and `b
 veth pair this benchmark creates; run as root). Load-generating worker processes run closed
 loops (at most `window` chunks outstanding, as real workers do) with batched sends (GSO) and
 receives (GRO), each worker over its own UDP socket. The job's PS is ina's own, in a process of
-its own: it takes the result copies, and completes the chunks the switch sends it (a collision:
-two workers' first packets of a chunk both racing for its free slot on a P4 switch), as it does in
-a deployment; the workers never resend. Rates come from the switch's own counters; "rx pkt/CPU-s"
+its own: it takes the result copies, and completes the chunks the switch sends it (collisions),
+as it does in a deployment; the workers never resend. Rates come from the switch's own counters; "rx pkt/CPU-s"
 divides the packets it received by the CPU time (user and kernel) of the switch's process alone.
 "fp32-equivalent MB/s" counts the coordinates the switch aggregated per second at 4 bytes
 each, with 8-bit lanes carrying 4 coordinates per 32-bit word.
