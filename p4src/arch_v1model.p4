@@ -20,7 +20,7 @@
 #define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
 
 /* The value words: a slot's K words in one entry, laid out as the packet's (headers.p4, words_h). */
-#define INA_WORD_REGISTERS @name(".ina_value") register<bit<(WORDS * 32)>>(POOL) words_register;
+#define INA_WORD_REGISTERS @name(".ina_value") register<words_t>(POOL) words_register;
 
 #define INA_CONST_TABLE_SIZE(n)  /* p4c warns on a constant table's size; bf-p4c wants it */
 

@@ -131,8 +131,9 @@ header ina_h {
 /* BMv2 pays for a primitive per field, about the same whatever its width: the K words as one field,
  * so that a packet's words cost one extract, one register access and a few lane-wise operations
  * (values.p4), not K of each. Word 0 is the field's most significant 32 bits, as on the wire. */
+typedef bit<(WORDS * 32)> words_t;
 header words_h {
-    bit<(WORDS * 32)> value;
+    words_t value;
 }
 
 /* The controller's read of a slot's words, answered to the CPU port with the words after it: BMv2's

@@ -6,13 +6,6 @@
 #ifndef INA_VALUES_P4
 #define INA_VALUES_P4
 
-/* The bodies: `value` is the register word, `w` the packet's, `rv` what goes into the packet. A
- * stateful ALU has four register actions a register: a store is a swap whose answer is dropped. */
-#define WORD_SWAP(w) rv = value; value = w;
-#define WORD_ADD(w) value = value + w; rv = value;
-#define WORD_MAX(w) if (w > value) { value = w; } rv = value;
-#define WORD_READ(w) rv = value;
-
 /* What the words do, from what the slot stages answered: the path, and whether `missing` answered 0
  * (for a SWEEP: whether the slot held exactly the partial swept, of a nonempty bitmap). A constant
  * ternary table, first match winning, so that a Tofino stage chooses with one lookup where the
@@ -62,6 +55,13 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
 
 #ifdef INA_ARCH_TNA
 
+/* The bodies: `value` is the register word, `w` the packet's, `rv` what goes into the packet. A
+ * stateful ALU has four register actions a register: a store is a swap whose answer is dropped. */
+#define WORD_SWAP(w) rv = value; value = w;
+#define WORD_ADD(w) value = value + w; rv = value;
+#define WORD_MAX(w) if (w > value) { value = w; } rv = value;
+#define WORD_READ(w) rv = value;
+
 #define TNA_WORD_REGISTER(i) \
     Register<bit<32>, bit<16>>(POOL) ina_value_##i; \
     RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) swap_##i = { \
@@ -110,9 +110,8 @@ control IngressWords(inout headers_t hdr, inout ina_meta_t meta) {
 
 INA_WORD_REGISTERS
 
-/* Lane-wise arithmetic on the K words as one number, exact per 32-bit word: with each word's top
- * bit set aside, no carry or borrow crosses into the next word (the SWAR idiom). */
-typedef bit<(WORDS * 32)> words_t;
+/* Lane-wise arithmetic on the K words as one number (words_t, headers.p4), exact per 32-bit word:
+ * with each word's top bit set aside, no carry or borrow crosses into the next word (the SWAR idiom). */
 const words_t WORD_ONES = ((words_t)0 - 1) / 0xFFFFFFFF;  /* 1 in every word */
 const words_t WORD_TOPS = WORD_ONES << 31;
 const words_t WORD_LOWS = ~WORD_TOPS;
