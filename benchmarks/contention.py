@@ -1,6 +1,6 @@
 """Average job completion time (JCT) of three jobs contending for the switch's aggregators: esa, atp and static.
 
-    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1]
+    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1] [--switch-pps 0 2e7 5e6]
 
 Three training jobs (compute, then one reduction, per iteration) share one switch whose
 pool holds one window while the jobs' windows add up to three. Everything is simulated at
@@ -53,6 +53,7 @@ class Setup:
     window: int = 16               # per job: the bandwidth-delay product (4.4 us / 274 ns)
     workers: int = 8               # per job
     ps_pps: float = 5e6            # a DPDK-class software PS
+    switch_pps: float = 0.0        # packets the switch handles a second; 0: line rate (a Tofino)
     coalesce: float = 0.5e-6       # receive batching at every host and the switch
     jitter: float = 0.1            # per-iteration compute time varies +-10%
     min_rto: float = 200e-6        # about 50 base RTTs
@@ -99,7 +100,7 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
         words=setup.words, pool=setup.pool, policy=policy, seed=seed, frame_overhead=setup.frame_overhead,
         workers=Hosts(link, coalesce=setup.coalesce),
         ps_host=Hosts(link, processing=1 / setup.ps_pps, coalesce=setup.coalesce),
-        switch_host=Hosts(coalesce=setup.coalesce),
+        switch_host=Hosts(processing=1 / setup.switch_pps if setup.switch_pps else 0.0, coalesce=setup.coalesce),
         engine=dict(min_rto=setup.min_rto, initial_rto=setup.initial_rto, max_rto=setup.max_rto, peer_timeout=1.0),
         ps_options=dict(flush_delay=setup.flush_delay),
     )
@@ -128,48 +129,96 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
     return Outcome({name: max(loop.finished_at for loop in group) for name, group in loops.items()}, events)
 
 
-def _run(args: tuple[str, Setup, int]) -> tuple[str, int, Outcome]:
+def _run(args: tuple[str, Setup, int]) -> tuple[str, Setup, int, Outcome]:
     policy, setup, seed = args
-    return policy, seed, run(policy, setup, JOBS, seed)
+    return policy, setup, seed, run(policy, setup, JOBS, seed)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3, help="runs per policy (seeds 0..n-1), averaged")
-    for f in fields(Setup):
-        if f.name in ("pool", "window", "workers", "jitter", "link_gbps"):
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args()
-    setup = replace(Setup(), pool=args.pool, window=args.window, workers=args.workers, jitter=args.jitter,
-                    link_gbps=args.link_gbps)
-    print("setup:", ", ".join(f"{k}={v}" for k, v in asdict(setup).items()))
-    for job in JOBS:
-        comm = job.chunks * (setup.words * 4 + 20 + setup.frame_overhead) / (setup.link_gbps * GBPS)
-        print(f"job {job.name}: {job.chunks} chunks per reduction ({comm * 1e6:.0f} us at line rate), "
-              f"compute {job.compute * 1e6:.0f} us, {job.iterations} iterations, {setup.workers} workers")
-    started = time.perf_counter()
-    print(f"static: a partition of {window('static', setup, len(JOBS))} slots per job (the window under static)")
-    tasks = [(policy, setup, seed) for seed in range(args.seeds) for policy in POLICIES]
-    with ProcessPoolExecutor(max_workers=args.processes) as pool:
-        outcomes = list(pool.map(_run, tasks))
-    print(f"simulated {len(tasks)} runs in {time.perf_counter() - started:.0f} s\n")
+def wire_bytes(setup: Setup) -> int:
+    """A full DATA on the wire: K words, ina's 20-byte header and the framing."""
+    return setup.words * 4 + 20 + setup.frame_overhead
+
+
+def offered_pps(setup: Setup, jobs: int) -> float:
+    """DATA packets a second that every job's workers send at line rate together: what a switch must keep up with."""
+    return jobs * setup.workers * setup.link_gbps * GBPS / wire_bytes(setup)
+
+
+def print_jct_table(outcomes: list[tuple[str, Setup, int, Outcome]], seeds: int) -> None:
+    """Each job's JCT under each policy (mean over the seeds), and the ratios to esa."""
 
     def mean_jct(policy: str, name: str) -> float:
-        values = [o.jct[name] for p, _, o in outcomes if p == policy]
+        values = [o.jct[name] for p, _, _, o in outcomes if p == policy]
         return sum(values) / len(values)
 
     header = "".join(f"{p + ' JCT (us)':>16}" for p in POLICIES)
-    print(f"{'job (mean of %d seeds)' % args.seeds:<26}{header}{'atp/esa':>9}{'static/esa':>11}")
+    print(f"{'job (mean of %d seeds)' % seeds:<26}{header}{'atp/esa':>9}{'static/esa':>11}")
     rows = [(job.name, {p: mean_jct(p, job.name) for p in POLICIES}) for job in JOBS]
     rows.append(("average", {p: sum(row[p] for _, row in rows) / len(rows) for p in POLICIES}))
     for name, row in rows:
         print(f"{name:<26}" + "".join(f"{row[p] * 1e6:>16.0f}" for p in POLICIES)
               + f"{row['atp'] / row['esa']:>9.2f}{row['static'] / row['esa']:>11.2f}")
     print("\nper run:")
-    for policy, seed, outcome in outcomes:
+    for policy, _, seed, outcome in outcomes:
         avg = sum(outcome.jct.values()) / len(outcome.jct)
         print(f"  {policy} seed {seed}: average JCT {avg * 1e6:.0f} us; " + ", ".join(f"{k} {v}" for k, v in outcome.events.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="runs per policy (seeds 0..n-1), averaged")
+    for f in fields(Setup):
+        if f.name in ("pool", "window", "workers", "jitter", "link_gbps", "min_rto"):
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--switch-pps", type=float, nargs="+", default=[Setup.switch_pps],
+                        help="packets a second the switch handles (0: line rate); several: one table per speed and a summary")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    base = replace(Setup(), pool=args.pool, window=args.window, workers=args.workers, jitter=args.jitter,
+                   link_gbps=args.link_gbps, min_rto=args.min_rto)
+    setups = [replace(base, switch_pps=pps) for pps in args.switch_pps]
+    print("setup:", ", ".join(f"{k}={v}" for k, v in asdict(base).items() if k != "switch_pps"))
+    for job in JOBS:
+        comm = job.chunks * wire_bytes(base) / (base.link_gbps * GBPS)
+        print(f"job {job.name}: {job.chunks} chunks per reduction ({comm * 1e6:.0f} us at line rate), "
+              f"compute {job.compute * 1e6:.0f} us, {job.iterations} iterations, {base.workers} workers")
+    print(f"static: a partition of {window('static', base, len(JOBS))} slots per job (the window under static)")
+    print(f"the workers at line rate offer the switch {offered_pps(base, len(JOBS)) / 1e6:.1f} Mpps")
+    started = time.perf_counter()
+    tasks = [(policy, setup, seed) for setup in setups for seed in range(args.seeds) for policy in POLICIES]
+    with ProcessPoolExecutor(max_workers=args.processes) as pool:
+        outcomes = list(pool.map(_run, tasks))
+    print(f"simulated {len(tasks)} runs in {time.perf_counter() - started:.0f} s")
+    for setup in setups:
+        print(f"\nswitch: {speed(setup)}")
+        print_jct_table([o for o in outcomes if o[1] == setup], args.seeds)
+    if len(setups) > 1:
+        print_speed_summary(setups, outcomes)
+
+
+def speed(setup: Setup) -> str:
+    """The switch's packet rate in words, and as a share of what the workers offer at line rate."""
+    if not setup.switch_pps:
+        return "line rate"
+    return f"{setup.switch_pps / 1e6:g} Mpps ({setup.switch_pps / offered_pps(setup, len(JOBS)):.0%} of the offered rate)"
+
+
+def print_speed_summary(setups: list[Setup], outcomes: list[tuple[str, Setup, int, Outcome]]) -> None:
+    """Average JCT per policy at each switch speed: where ESA's gain holds and where the switch's own rate erases it."""
+    print(f"\n{'switch':<40}" + "".join(f"{p + ' avg JCT (us)':>20}" for p in POLICIES)
+          + f"{'atp/esa':>9}{'static/esa':>11}{'esa preempted':>15}{'resent esa/atp':>16}")
+    for setup in setups:
+        runs = [o for o in outcomes if o[1] == setup]
+
+        def mean(policy: str, of) -> float:
+            values = [of(o) for p, _, _, o in runs if p == policy]
+            return sum(values) / len(values)
+
+        jct = {p: mean(p, lambda o: sum(o.jct.values()) / len(o.jct)) for p in POLICIES}
+        resent = "/".join(f"{mean(p, lambda o: o.events['resent']):.0f}" for p in ("esa", "atp"))
+        print(f"{speed(setup):<40}" + "".join(f"{jct[p] * 1e6:>20.0f}" for p in POLICIES)
+              + f"{jct['atp'] / jct['esa']:>9.2f}{jct['static'] / jct['esa']:>11.2f}"
+              + f"{mean('esa', lambda o: o.events['preempted']):>15.0f}{resent:>16}")
 
 
 if __name__ == "__main__":
