@@ -89,6 +89,24 @@ def test_fault_injection_is_applied_and_counted(path):
         sender.close()
 
 
+def test_a_packet_rate_cap_paces_what_the_switch_sends(path):
+    with SwitchServer(SwitchConfig(pool=64, words=4), LOOPBACK, LOOPBACK, path=path, max_pps=200) as server:
+        server.start()
+        worker, ps = bound(), bound()
+        spec = JobSpec(job=1, workers=(Endpoint(*worker.getsockname()),), window=32, ps=Endpoint(*ps.getsockname()))
+        base = ControlClient(*server.control_address).register(spec)["slot_base"]
+        started = time.monotonic()
+        for seq in range(32):  # one worker: every DATA completes its chunk at once
+            worker.sendto(data(1, 0, seq, (base + seq) % 64, [seq, 0, 0, 0]), server.address)
+        results = [parse(worker.recvfrom(2048)[0], 4)[0].seq for _ in range(32)]
+        elapsed = time.monotonic() - started
+        assert sorted(results) == list(range(32))
+        assert elapsed >= 31 / 200  # the last RESULT left after 32 packets' service at 200 a second, however slow the machine
+        assert server.config()["max_pps"] == 200
+        worker.close()
+        ps.close()
+
+
 def test_a_taken_port_is_refused_with_what_to_change():
     taken = bound()
     with pytest.raises(ValueError, match=r"--listen 127\.0\.0\.1:\d+: cannot bind .* choose another --listen"):
@@ -113,6 +131,7 @@ def path_environment(path: str) -> dict[str, str]:
         (["--listen", "localhost"], "--listen must look like"),
         (["--drop", "1.5"], "drop rate must be in"),
         (["--slot-timeout", "0"], "slot_timeout must be a positive"),
+        (["--max-pps", "-1"], "--max-pps must be 0 (no cap) or a positive packet rate"),
     ],
 )
 def test_the_cli_refuses_a_bad_configuration_at_start(args, message):

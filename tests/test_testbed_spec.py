@@ -38,6 +38,7 @@ def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as
     assert (run.jobs[0].start, run.jobs[0].compute, run.jobs[1].start, run.jobs[1].compute) == (2.5, 0.01, 0.0, 0.0)
     plain = spec.parse({"jobs": [{}]})
     assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.priority_queues
+    assert plain.switch.max_pps == 0 and spec.parse({"jobs": [{}], "switch": {"max_pps": 9000}}).switch.max_pps == 9000.0
 
 
 @pytest.mark.parametrize("pool, jobs, window, expected", [(16, 4, 16, 4), (16, 3, 16, 4), (16, 3, 2, 2), (64, 3, None, 16), (8, 1, None, 8)])
@@ -73,6 +74,8 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{}], "topology": {"ps_link": {"bw": -5}}}, "topology.ps_link.bw: -5.0"),
         ({"jobs": [{}], "topology": {"ps_link": {"speed": 5}}}, "topology.ps_link: unknown field(s) ['speed']"),
         ({"jobs": [{}], "switch": {"priority_queues": 1}}, "switch.priority_queues: expected true or false"),
+        ({"jobs": [{}], "switch": {"max_pps": -1}}, "switch.max_pps: -1.0: must be between 0"),
+        ({"jobs": [{}], "switch": {"max_pps": 9000, "target": "bmv2"}}, "switch.max_pps: caps the software switch's packet rate"),
         ({"jobs": [{"steps": True}]}, "jobs[0].steps: expected an integer"),
     ],
 )
@@ -98,6 +101,18 @@ def test_the_cli_refuses_a_bad_run_file_before_touching_anything(tmp_path, capsy
     bad.write_text("jobs: [{hook: nope}]\n")
     assert main(["testbed", str(bad)]) == 2
     assert "jobs[0].hook: 'nope'" in capsys.readouterr().err
+
+
+def test_overriding_the_target_with_bmv2_drops_the_software_switchs_cap_and_says_so(tmp_path, capsys, monkeypatch):
+    from ina.cli import main
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("jobs: [{workers: 2}]\nswitch: {max_pps: 9000}\n")
+    checked = []
+    monkeypatch.setattr("ina.testbed.network.why_not", lambda plan: checked.append(plan) or "stopped here by the test")
+    assert main(["testbed", str(run_file), "--target", "bmv2"]) == 2
+    assert (checked[0].switch.target, checked[0].switch.max_pps) == ("bmv2", 0.0)
+    assert "switch.max_pps caps only the software switch; running without it" in capsys.readouterr().err
 
 
 def test_registering_the_subcommand_imports_neither_torch_nor_mininet():

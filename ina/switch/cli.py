@@ -28,6 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     faults.add_argument("--duplicate", type=float, default=0.0, help="duplicate rate")
     faults.add_argument("--reorder", type=float, default=0.0, help="reorder rate")
     faults.add_argument("--fault-seed", type=int, default=0, help="seed of the fault streams")
+    parser.add_argument("--max-pps", type=float, default=0.0,
+                        help="serve at most this many packets a second, to study a switch as slow as BMv2 with the "
+                             "reference (docs/switch.md); 0: as fast as it can (default)")
     return parser
 
 
@@ -55,13 +58,15 @@ def build(args: argparse.Namespace) -> SwitchServer:
     faults = Faults(args.drop, args.duplicate, args.reorder, args.fault_seed)
     faults.injectors()  # validates the rates
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
-    return SwitchServer(config, listen, control, faults, batch=args.batch, access=access, registry=registry_from_args(args))
+    return SwitchServer(config, listen, control, faults, batch=args.batch, access=access, registry=registry_from_args(args),
+                        max_pps=args.max_pps)
 
 
 def describe(server: SwitchServer) -> str:
     """The start-up line's tail: the settings, and which packet path runs."""
     config = server.core.settings
-    return f"pool {config.pool}, words {config.words}, policy {config.policy}, packets {server.path}"
+    paced = f", at most {server.max_pps:g} packets/s" if server.max_pps else ""
+    return f"pool {config.pool}, words {config.words}, policy {config.policy}, packets {server.path}{paced}"
 
 
 def run(args: argparse.Namespace) -> int:

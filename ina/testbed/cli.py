@@ -41,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = spec.load(args.run_file)
         if args.target:
-            plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target))
+            max_pps = plan.switch.max_pps if args.target == "software" else 0.0
+            if max_pps != plan.switch.max_pps:
+                print(f"ina testbed: --target {args.target}: switch.max_pps caps only the software switch; running without it",
+                      file=sys.stderr)  # fmt: skip
+            plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target, max_pps=max_pps))
     except spec.SpecError as error:
         print(f"ina testbed: {error}", file=sys.stderr)
         return 2

@@ -128,6 +128,8 @@ class _Services:
         switch = ["switch", "--listen", f"{network.switch_ip}:{SWITCH_PORT}", "--control", f"{network.control_ip}:{SWITCH_CONTROL_PORT}",
                   "--pool", str(switch_spec.pool), "--words", str(switch_spec.words), "--policy", policy,
                   "--slot-timeout", str(switch_spec.slot_timeout)]  # fmt: skip
+        if switch_spec.max_pps:
+            switch += ["--max-pps", str(switch_spec.max_pps)]
         if network.bmv2:
             switch += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
             hosts = [*network.workers, network.ps]

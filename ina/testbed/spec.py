@@ -51,6 +51,7 @@ class Switch:
     policies: tuple[str, ...] = ("esa",)  # the jobs run once per policy, the switch and PS restarted
     slot_timeout: float = 1.0
     priority_queues: bool = True  # under esa, the switch's ports serve packets by priority (docs/protocol.md, "Egress queues")
+    max_pps: float = 0.0  # the software switch serves at most this many packets a second (0: no cap): a switch as slow as BMv2
 
 
 @dataclass(frozen=True)
@@ -241,8 +242,12 @@ def _switch(fields: _Fields) -> Switch:
         raise SpecError(f"switch.policy: {policy!r}: give one of {list(POLICIES)} or a list of distinct ones")
     slot_timeout = fields.take("slot_timeout", float, Switch.slot_timeout, check=_between(0.001, 60))
     priority_queues = fields.take("priority_queues", bool, Switch.priority_queues)
+    max_pps = fields.take("max_pps", float, Switch.max_pps, check=_between(0, 1e9))
+    if max_pps and target != "software":
+        raise SpecError(f"switch.max_pps: caps the software switch's packet rate; leave it out for target {target}")
     fields.done()
-    return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout, priority_queues=priority_queues)
+    return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout,
+                  priority_queues=priority_queues, max_pps=max_pps)
 
 
 def _job(fields: _Fields, index: int) -> Job:
