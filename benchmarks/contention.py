@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Callable
 
 import numpy as np
 
@@ -210,7 +211,7 @@ def print_speed_summary(setups: list[Setup], outcomes: list[tuple[str, Setup, in
     for setup in setups:
         runs = [o for o in outcomes if o[1] == setup]
 
-        def mean(policy: str, of) -> float:
+        def mean(policy: str, of: Callable[[Outcome], float]) -> float:
             values = [of(o) for p, _, _, o in runs if p == policy]
             return sum(values) / len(values)
 
