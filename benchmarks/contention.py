@@ -148,13 +148,9 @@ def offered_pps(setup: Setup, jobs: int) -> float:
 def print_jct_table(outcomes: list[tuple[str, Setup, int, Outcome]], seeds: int) -> None:
     """Each job's JCT under each policy (mean over the seeds), and the ratios to esa."""
 
-    def mean_jct(policy: str, name: str) -> float:
-        values = [o.jct[name] for p, _, _, o in outcomes if p == policy]
-        return sum(values) / len(values)
-
     header = "".join(f"{p + ' JCT (us)':>16}" for p in POLICIES)
     print(f"{'job (mean of %d seeds)' % seeds:<26}{header}{'atp/esa':>9}{'static/esa':>11}")
-    rows = [(job.name, {p: mean_jct(p, job.name) for p in POLICIES}) for job in JOBS]
+    rows = [(job.name, {p: mean_over(outcomes, p, lambda o, name=job.name: o.jct[name]) for p in POLICIES}) for job in JOBS]
     rows.append(("average", {p: sum(row[p] for _, row in rows) / len(rows) for p in POLICIES}))
     for name, row in rows:
         print(f"{name:<26}" + "".join(f"{row[p] * 1e6:>16.0f}" for p in POLICIES)
@@ -190,11 +186,12 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=args.processes) as pool:
         outcomes = list(pool.map(_run, tasks))
     print(f"simulated {len(tasks)} runs in {time.perf_counter() - started:.0f} s")
-    for setup in setups:
+    by_setup = {setup: [o for o in outcomes if o[1] == setup] for setup in setups}
+    for setup, runs in by_setup.items():
         print(f"\nswitch: {speed(setup)}")
-        print_jct_table([o for o in outcomes if o[1] == setup], args.seeds)
+        print_jct_table(runs, args.seeds)
     if len(setups) > 1:
-        print_speed_summary(setups, outcomes)
+        print_speed_summary(by_setup)
 
 
 def speed(setup: Setup) -> str:
@@ -204,22 +201,22 @@ def speed(setup: Setup) -> str:
     return f"{setup.switch_pps / 1e6:g} Mpps ({setup.switch_pps / offered_pps(setup, len(JOBS)):.0%} of the offered rate)"
 
 
-def print_speed_summary(setups: list[Setup], outcomes: list[tuple[str, Setup, int, Outcome]]) -> None:
+def mean_over(runs: list[tuple[str, Setup, int, Outcome]], policy: str, of: Callable[[Outcome], float]) -> float:
+    """The mean of `of` over the runs of one policy."""
+    values = [of(o) for p, _, _, o in runs if p == policy]
+    return sum(values) / len(values)
+
+
+def print_speed_summary(by_setup: dict[Setup, list[tuple[str, Setup, int, Outcome]]]) -> None:
     """Average JCT per policy at each switch speed: where ESA's gain holds and where the switch's own rate erases it."""
     print(f"\n{'switch':<40}" + "".join(f"{p + ' avg JCT (us)':>20}" for p in POLICIES)
           + f"{'atp/esa':>9}{'static/esa':>11}{'esa preempted':>15}{'resent esa/atp':>16}")
-    for setup in setups:
-        runs = [o for o in outcomes if o[1] == setup]
-
-        def mean(policy: str, of: Callable[[Outcome], float]) -> float:
-            values = [of(o) for p, _, _, o in runs if p == policy]
-            return sum(values) / len(values)
-
-        jct = {p: mean(p, lambda o: sum(o.jct.values()) / len(o.jct)) for p in POLICIES}
-        resent = "/".join(f"{mean(p, lambda o: o.events['resent']):.0f}" for p in ("esa", "atp"))
+    for setup, runs in by_setup.items():
+        jct = {p: mean_over(runs, p, lambda o: sum(o.jct.values()) / len(o.jct)) for p in POLICIES}
+        resent = "/".join(f"{mean_over(runs, p, lambda o: o.events['resent']):.0f}" for p in ("esa", "atp"))
         print(f"{speed(setup):<40}" + "".join(f"{jct[p] * 1e6:>20.0f}" for p in POLICIES)
               + f"{jct['atp'] / jct['esa']:>9.2f}{jct['static'] / jct['esa']:>11.2f}"
-              + f"{mean('esa', lambda o: o.events['preempted']):>15.0f}{resent:>16}")
+              + f"{mean_over(runs, 'esa', lambda o: o.events['preempted']):>15.0f}{resent:>16}")
 
 
 if __name__ == "__main__":
