@@ -12,11 +12,11 @@
  * admission checks in stages 0-1, the slot registers in 2-4, the priority and the first three words
  * in 5, four words a stage after that, and the outcome, outputs and counters with and after the last
  * word (Tofino 1 has no long branches: what follows the words in the control flow cannot go before
- * them): 23 words fit 12 stages, 24 take 13 (docs/p4.md, "Tofino"). The egress sums none: packets of
- * one slot can pass each other in different ports' queues on their way there. */
-#define INGRESS_WORDS 23
-#if WORDS > INGRESS_WORDS
-#error "WORDS (K) must be at most 23 on Tofino 1: the words after the slot decision and before the outputs fill 12 stages (docs/p4.md, Tofino)"
+ * them): 23 words fit 12 stages, 24 take 13 (docs/p4.md, "Tofino"). A larger K is stepped in groups
+ * over later passes (INA_WORD_GROUP, ina_tna.p4). The egress sums none: packets of one slot can pass
+ * each other in different ports' queues on their way there. */
+#if STEP_WORDS > 23
+#error "INA_WORD_GROUP must be at most 23 on Tofino 1: the words after the slot decision and before the outputs fill 12 stages (docs/p4.md, Tofino)"
 #endif
 
 #define INA_REGISTER(T, inst, pname) @name(pname) Register<T, bit<16>>(POOL) inst;

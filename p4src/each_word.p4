@@ -1,8 +1,12 @@
-/* Expands WORD_STEP(i) for i = 0 .. WORDS-1 (the caller defines WORD_STEP, includes this file, then
- * undefines it). P4 has no loops a
- * target must support, and N is a compile-time parameter, so the words are unrolled here by its
- * binary digits. */
-#define INA_N WORDS
+/* Expands WORD_STEP(i) for i = 0 .. N-1, N the words a pass steps (STEP_WORDS) or, where the caller
+ * defines EACH_WORD_COUNT, that many (the caller defines WORD_STEP, includes this file, then
+ * undefines both). P4 has no loops a target must support, and N is a compile-time parameter, so
+ * the words are unrolled here by its binary digits. */
+#ifdef EACH_WORD_COUNT
+#define INA_N (EACH_WORD_COUNT)
+#else
+#define INA_N STEP_WORDS
+#endif
 #define INA_REP1(M, b) M(b)
 #define INA_REP2(M, b) INA_REP1(M, b) INA_REP1(M, (b) + 1)
 #define INA_REP4(M, b) INA_REP2(M, b) INA_REP2(M, (b) + 2)

@@ -2,8 +2,11 @@
  *
  * Compile-time parameters (set with -D by `ina p4 build`):
  *   POOL           aggregator slots P, a power of two (default 64)
- *   WORDS          32-bit payload words per packet K, 1..256 (default 64; at most 31 on Tofino 1,
- *                  arch_tna.p4)
+ *   WORDS          32-bit payload words per packet K, 1..256 (default 64; on Tofino 1 at most three
+ *                  passes' words, ina_tna.p4)
+ *
+ * A program whose passes step at most INA_WORD_GROUP words (ina_tna.p4 defines it) steps a larger K
+ * in groups of that many, one group a pass (docs/p4.md, "Word passes").
  */
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4
@@ -147,7 +150,28 @@ header peek_h {
 header word_h {
     bit<32> value;
 }
-#define INA_WORDS_TYPE word_h[WORDS]
+#if defined(INA_WORD_GROUP) && WORDS > INA_WORD_GROUP
+/* `words` holds the group a pass steps; the groups before it and after it go through in `before`
+ * and `after`, so that the frame leaves every pass with its words in their order. */
+#define INA_WORD_PASSES
+#define WORD_GROUPS ((WORDS + INA_WORD_GROUP - 1) / INA_WORD_GROUP)
+#define LAST_GROUP_WORDS (WORDS - (WORD_GROUPS - 1) * INA_WORD_GROUP)
+#define STEP_WORDS INA_WORD_GROUP
+#if WORD_GROUPS > 3
+#error "WORDS (K) must be at most three passes' words (3 * INA_WORD_GROUP): the ingress parser takes about 256 bytes of words"
+#endif
+#if WORD_GROUPS * POOL > 65536
+#error "POOL (P) times the word passes must be at most 65536: a word register holds every group's words, P apart"
+#endif
+#endif
+#endif
+
+#ifndef WORD_GROUPS
+#define WORD_GROUPS 1
+#define STEP_WORDS WORDS
+#endif
+#ifndef INA_WIDE_WORDS
+#define INA_WORDS_TYPE word_h[STEP_WORDS]
 #endif
 
 /* What a later pass, or the egress, must know of a packet (docs/p4.md, "Passes"). On TNA it travels
@@ -163,9 +187,24 @@ header word_h {
 
 #define INA_NO_ANNOTATION
 
+#ifdef INA_WORD_PASSES
+/* A word pass's: which group, with what step, and what leaves after the last (WordPasses, identity.p4). */
+#define INA_WORD_PASS_FIELDS \
+    bit<8>  word_group;    /* PASS_WORDS: the group this pass steps (1 .. WORD_GROUPS - 1) */ \
+    bit<8>  word_step;     /* the slot action (SLOT_*) the deciding pass chose */ \
+    bit<16> word_index;    /* the group's register index: slot + group * POOL */ \
+    bit<8>  final_kind;    /* OUT_*: what the deciding pass sends, once the last group is stepped */ \
+    bit<8>  final_drop; \
+    bit<16> final_port; \
+    bit<8>  final_queue;
+#else
+#define INA_WORD_PASS_FIELDS
+#endif
+
 #ifdef INA_CARRY_HEADER
 header ina_bridge_h {
     INA_CARRIED_FIELDS(INA_NO_ANNOTATION)
+    INA_WORD_PASS_FIELDS
 }
 #define CARRY hdr.bridge
 #else
@@ -183,7 +222,13 @@ struct headers_t {
     ipv4_h ipv4;
     udp_h udp;
     ina_h ina;
+#ifdef INA_WORD_PASSES
+    word_h[WORDS - LAST_GROUP_WORDS] before;
+#endif
     INA_WORDS_TYPE words;
+#ifdef INA_WORD_PASSES
+    word_h[WORDS - INA_WORD_GROUP] after;
+#endif
 }
 
 #endif

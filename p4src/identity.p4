@@ -39,6 +39,11 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     Outputs() outputs;
     Count() count;
     L2Forwarding() l2;
+#ifdef INA_WORD_PASSES
+    HandToWordPasses() hand_to_word_passes;
+    WordPassStep() word_pass_step;
+    WordPassOutput() word_pass_output;
+#endif
 
     apply {
         meta.drop = 0;
@@ -47,6 +52,12 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
         meta.mcast_group = 0;
         if (meta.is_ina == 0) {
             l2.apply(hdr, meta);
+#ifdef INA_WORD_PASSES
+        } else if (CARRY.pass == PASS_WORDS) {
+            word_pass_step.apply(hdr, meta);
+            words.apply(hdr, meta);
+            word_pass_output.apply(hdr, meta);
+#endif
         } else {
             bit<1> arrived = 0;
             if (CARRY.pass == PASS_FIRST) {
@@ -70,6 +81,11 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                     CARRY.pass = PASS_FIRST;
                 }
                 outputs.apply(hdr, meta);
+#ifdef INA_WORD_PASSES
+                if (meta.slot_action != SLOT_NONE && meta.output != OUT_RECIRC) {
+                    hand_to_word_passes.apply(hdr, meta);
+                }
+#endif
             } else {
                 meta.drop = 1;
             }

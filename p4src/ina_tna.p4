@@ -3,7 +3,8 @@
  * metadata to their fields and back:
  *
  *   ingress  stage 0 the tables; 1-4 the slot registers (slots.p4); 4-11 the value words (values.p4);
- *            the decision and the header rewrite (outputs.p4)
+ *            the decision and the header rewrite (outputs.p4); for K above INA_WORD_GROUP, a word
+ *            pass a later group of the words (identity.p4)
  *   egress   RESULT copies' destinations, tx
  *
  * A packet's later pass goes round through the recirculation port RECIRC_PORT (pipe 0's by default)
@@ -14,6 +15,12 @@
 
 #ifndef RECIRC_PORT
 #define RECIRC_PORT 68
+#endif
+
+/* The words a pass steps: a K above it is stepped a group a pass, each later group on a pass of its
+ * own through the recirculation port (docs/p4.md, "Word passes"). */
+#ifndef INA_WORD_GROUP
+#define INA_WORD_GROUP 23
 #endif
 
 #define INA_CARRY_HEADER
@@ -31,6 +38,7 @@
 #include "outputs.p4"
 #include "counters.p4"
 #include "forwarding.p4"
+#include "word_passes.p4"
 #include "identity.p4"
 
 control InaIngress(inout headers_t hdr, inout ina_meta_t meta,

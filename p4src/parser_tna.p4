@@ -43,7 +43,14 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 
     state recirculated {
         packet.extract(hdr.bridge);
+#ifdef INA_WORD_PASSES
+        transition select(hdr.bridge.pass) {
+            PASS_WORDS: word_pass;
+            default: again_ethernet;
+        }
+#else
         transition again_ethernet;
+#endif
     }
 
     state fresh {
@@ -55,6 +62,15 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         hdr.bridge.group = 0;
         hdr.bridge.out_kind = OUT_DROP;
         hdr.bridge.from_port = 0;
+#ifdef INA_WORD_PASSES
+        hdr.bridge.word_group = 0;
+        hdr.bridge.word_step = SLOT_NONE;
+        hdr.bridge.word_index = 0;
+        hdr.bridge.final_kind = OUT_DROP;
+        hdr.bridge.final_drop = 0;
+        hdr.bridge.final_port = 0;
+        hdr.bridge.final_queue = 0;
+#endif
         transition fresh_ethernet;
     }
 
@@ -71,12 +87,80 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         }
     }
 
+    /* the first group's words (all K without word passes), the others after them */
     state parse_words {
 #define WORD_STEP(i) packet.extract(hdr.words[i]);
 #include "each_word.p4"
 #undef WORD_STEP
+#ifdef INA_WORD_PASSES
+#define EACH_WORD_COUNT (WORDS - INA_WORD_GROUP)
+#define WORD_STEP(i) packet.extract(hdr.after[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+#endif
         transition accept;
     }
+
+#ifdef INA_WORD_PASSES
+    /* A word pass's frame is one the deciding pass wrote (a DATA, PARTIAL or RESULT of K words, to
+     * any UDP port): its group's words go to `words`, the groups before and after it through. */
+    state word_pass {
+        meta.is_ina = 1;
+        packet.extract(hdr.ethernet);
+        packet.extract(hdr.ipv4);
+        packet.extract(hdr.udp);
+        packet.extract(hdr.ina);
+        transition select(hdr.bridge.word_group) {
+            1: word_group_1;
+#if WORD_GROUPS > 2
+            2: word_group_2;
+#endif
+            default: reject;
+        }
+    }
+
+    state word_group_1 {
+#define EACH_WORD_COUNT INA_WORD_GROUP
+#define WORD_STEP(i) packet.extract(hdr.before[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+#if WORD_GROUPS > 2
+#define EACH_WORD_COUNT INA_WORD_GROUP
+#else
+#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#endif
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+#if WORD_GROUPS > 2
+#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#define WORD_STEP(i) packet.extract(hdr.after[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+#endif
+        transition accept;
+    }
+
+#if WORD_GROUPS > 2
+    state word_group_2 {
+#define EACH_WORD_COUNT (2 * INA_WORD_GROUP)
+#define WORD_STEP(i) packet.extract(hdr.before[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#define WORD_STEP(i) packet.extract(hdr.words[i]);
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+        transition accept;
+    }
+#endif
+#endif
 }
 
 control InaIngressDeparser(packet_out packet, inout headers_t hdr, in ina_meta_t meta,

@@ -403,6 +403,13 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
 #define WORD_STEP(i) hdr.words[i].setValid();
 #include "each_word.p4"
 #undef WORD_STEP
+#ifdef INA_WORD_PASSES
+#define EACH_WORD_COUNT (WORDS - INA_WORD_GROUP)
+#define WORD_STEP(i) hdr.after[i].setValid();
+#include "each_word.p4"
+#undef WORD_STEP
+#undef EACH_WORD_COUNT
+#endif
 #endif
         }
 

@@ -56,14 +56,16 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
 #ifdef INA_ARCH_TNA
 
 /* The bodies: `value` is the register word, `w` the packet's, `rv` what goes into the packet. A
- * stateful ALU has four register actions a register: a store is a swap whose answer is dropped. */
+ * stateful ALU has four register actions a register: a store is a swap whose answer is dropped.
+ * Register ina_value_i holds word i + g * INA_WORD_GROUP of slot s at index s + g * POOL: every
+ * group's word in the stateful ALU of the word a pass steps in its place (meta.slot is that index). */
 #define WORD_SWAP(w) rv = value; value = w;
 #define WORD_ADD(w) value = value + w; rv = value;
 #define WORD_MAX(w) if (w > value) { value = w; } rv = value;
 #define WORD_READ(w) rv = value;
 
 #define TNA_WORD_REGISTER(i) \
-    Register<bit<32>, bit<16>>(POOL) ina_value_##i; \
+    Register<bit<32>, bit<16>>(POOL * WORD_GROUPS) ina_value_##i; \
     RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) swap_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_SWAP(hdr.words[i].value) } }; \
     RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) add_##i = { \

@@ -1,6 +1,7 @@
 """The TNA program with the real Tofino compiler: every name the Tofino controller writes or reads
 resolves in the bfrt.json bf-p4c writes for it, so a rename in p4src/ fails here rather than on a
-switch; and bf-p4c fits it onto Tofino 1 with the most words a pass has stateful ALUs for."""
+switch; and bf-p4c fits it onto Tofino 1 at the protocol's K = 64, a pass stepping the most words it has
+stateful ALUs for and word passes the rest."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from bfrt_fakes import fake_gc, tofino_view
 
 from ina.control import Endpoint, JobSpec
 from ina.p4 import resources, toolchain
-from ina.p4.build import MAX_WORDS
+from ina.p4.build import MAX_WORDS, TOFINO_WORDS_PER_PASS
 from ina.p4.entries import Route
 from ina.switch.config import SwitchConfig
 
 needs_bf_p4c = pytest.mark.skipif(toolchain.missing("bf-p4c") is not None, reason=toolchain.missing("bf-p4c") or "")
-WORDS, POOL = MAX_WORDS["tofino"], 4096
+WORDS, POOL = 64, 4096
+GROUPS = -(-WORDS // TOFINO_WORDS_PER_PASS)  # the word groups, one pass each
 FIT_SECONDS = 900
 
 
@@ -77,10 +79,10 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(prog
             action, data = rest
             spec_ = next(a for a in table["action_specs"] if a["name"] == resolve(action, [a["name"] for a in table["action_specs"]]))
             assert {name for name, _ in data} == {d["name"].rsplit(".", 1)[-1] for d in spec_["data"]}, (table_name, action)
-    for fields in register_layout(WORDS).values():
+    for name, fields in register_layout(WORDS).items():
         for field in fields:
             table = tables[resolve(field.array, list(tables))]
-            assert table["table_type"] == "Register" and table["size"] == POOL
+            assert table["table_type"] == "Register" and table["size"] == POOL * (GROUPS if name == "value" else 1)
             resolve(field.field, [d["singleton"]["name"] for d in table["data"]])
     for array in COUNTER_ARRAYS.values():
         table = tables[resolve(array, list(tables))]
@@ -105,7 +107,7 @@ def functional_warnings(stderr: str) -> list[str]:
 
 
 @needs_bf_p4c
-def test_bf_p4c_fits_the_tna_program_for_the_most_words_and_4096_slots(tmp_path):
+def test_bf_p4c_fits_the_tna_program_for_64_words_and_4096_slots(tmp_path):
     from ina.p4.build import build
 
     fitted = build(WORDS, POOL, "tofino", out=tmp_path, timeout=FIT_SECONDS)
@@ -113,7 +115,26 @@ def test_bf_p4c_fits_the_tna_program_for_the_most_words_and_4096_slots(tmp_path)
     assert json.loads(fitted.tofino.context.read_text())["program_name"] == "ina_tna"
     assert functional_warnings(fitted.warnings) == []
     stages = resources.stage_usage(json.loads(fitted.tofino.resources.read_text()))
-    assert len(stages) <= 12 and sum(stage["stateful ALUs"] for stage in stages) == 10 + WORDS
+    assert len(stages) <= 12 and sum(stage["stateful ALUs"] for stage in stages) == 10 + TOFINO_WORDS_PER_PASS
+
+
+def test_a_slot_s_words_are_read_from_their_groups_cells():
+    """Word i of slot s is cell s + g * P of ina_value_j, i = j + 23 g (p4src/word_passes.p4)."""
+    from ina.p4.tofino_device import TofinoDevice, register_layout
+
+    pool, gc = 4, fake_gc([])
+    device = TofinoDevice(gc.client, gc, "cpu0", cpu_port=64)
+    device.layout = register_layout(WORDS)
+    cells: dict[str, dict[int, dict]] = {f"ina_value_{j}": {} for j in range(TOFINO_WORDS_PER_PASS)}
+    for slot in range(pool):
+        for word in range(WORDS):
+            group, j = divmod(word, TOFINO_WORDS_PER_PASS)
+            cells[f"ina_value_{j}"][slot + group * pool] = {"f1": [1000 * slot + word]}
+    for array in cells.values():  # the last group's unused cells
+        for index in range(GROUPS * pool):
+            array.setdefault(index, {"f1": [7]})
+    device._read_array = lambda array, index_field: cells[array]
+    assert device.registers("value") == [1000 * slot + word for slot in range(pool) for word in range(WORDS)]
 
 
 def test_the_tofino_switch_serves_every_routed_port_s_queues_by_priority(tmp_path):
@@ -153,11 +174,14 @@ def test_a_port_with_fewer_than_eight_queues_stops_the_tofino_switch_with_what_t
         device.serve_queues_by_priority([3])
 
 
-def test_the_tofino_target_refuses_more_words_than_it_has_stateful_alus():
+def test_the_tofino_target_refuses_more_words_than_three_passes_step():
     from ina.p4.build import check
 
-    with pytest.raises(ValueError, match=f"--words must be in 1..{WORDS} for the tofino program"):
-        check("tofino", WORDS + 1, 4096)
+    most = MAX_WORDS["tofino"]
+    assert most == 3 * TOFINO_WORDS_PER_PASS
+    check("tofino", most, 4096)
+    with pytest.raises(ValueError, match=f"--words must be in 1..{most} for the tofino program"):
+        check("tofino", most + 1, 4096)
 
 
 def test_without_the_sde_the_tofino_switch_says_what_to_set(monkeypatch):

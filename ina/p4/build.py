@@ -19,8 +19,11 @@ from ina.p4 import toolchain
 from ina.switch.config import SwitchConfig
 
 TARGETS = ("bmv2", "tofino")
-MAX_WORDS = {"bmv2": 256, "tofino": 23}
-"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1 bf-p4c fits 23 in the stages of one pass (arch_tna.p4)."""
+TOFINO_WORDS_PER_PASS = 23
+"""The words one ingress pass steps on Tofino 1 (ina_tna.p4's INA_WORD_GROUP: a stateful ALU a word, 23 fit
+the stages after the slot decision); a larger K takes a word pass for each further group."""
+MAX_WORDS = {"bmv2": 256, "tofino": 3 * TOFINO_WORDS_PER_PASS}
+"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1 the ingress parser reaches three passes' words."""
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}

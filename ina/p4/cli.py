@@ -21,8 +21,8 @@ def register(subcommands: Any) -> None:
         "for tofino tofino.bin, context.json, bfrt.json and the P4Info, and the compiler's resource summary "
         "(bf-p4c, found on PATH or at $INA_BF_P4C)."))  # fmt: skip
     compile_.add_argument("--target", choices=p4build.TARGETS, default="bmv2", help="P4 target (default %(default)s)")
-    compile_.add_argument("--words", type=int, help="32-bit payload words per packet K (default: 64 on bmv2, the most "
-                          f"a Tofino pass takes, {p4build.MAX_WORDS['tofino']}, on tofino)")
+    compile_.add_argument("--words", type=int, help="32-bit payload words per packet K (default 64; on tofino at most "
+                          f"{p4build.MAX_WORDS['tofino']}, {p4build.TOFINO_WORDS_PER_PASS} a pass)")
     compile_.add_argument("--pool", type=int, default=64, help="aggregator slots P, a power of two (default %(default)s)")
     compile_.add_argument("--out", help="output folder (default: a cache folder keyed by the inputs)")
     compile_.set_defaults(run=run_build)

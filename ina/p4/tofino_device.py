@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
-from ina.p4.build import Build
+from ina.p4.build import TOFINO_WORDS_PER_PASS, Build
 from ina.p4.device import DELETE, INSERT, MODIFY, REGISTERS
 from ina.p4.entries import Group, TableEntry
 from ina.protocol.constants import EGRESS_QUEUES
@@ -63,17 +63,21 @@ def bfrt_client() -> ModuleType:
 
 @dataclass(frozen=True, slots=True)
 class RegisterField:
-    """Where a logical register lives on Tofino: a register array and its data field's short name."""
+    """Where a logical register lives on Tofino: a register array, its data field's short name, and
+    which of the array's blocks of P cells (a word group's, p4src/word_passes.p4; else 0)."""
 
     array: str
     field: str
+    group: int = 0
 
 
 def register_layout(words: int) -> dict[str, list[RegisterField]]:
-    """Each logical register's arrays (p4src/slots.p4, values.p4): value word i is the array
-    ina_value_i, every other register one array of its own name."""
+    """Each logical register's arrays (p4src/slots.p4, values.p4): value word i is cell slot + g * P
+    of array ina_value_j, where i = j + g * 23 (a pass steps 23 words, in the word passes' groups), every
+    other register one array of its own name."""
     layout = {name: [RegisterField(f"ina_{name}", "f1")] for name in REGISTERS if name != "value"}
-    layout["value"] = [RegisterField(f"ina_value_{i}", "f1") for i in range(words)]
+    layout["value"] = [RegisterField(f"ina_value_{i % TOFINO_WORDS_PER_PASS}", "f1", i // TOFINO_WORDS_PER_PASS)
+                       for i in range(words)]  # fmt: skip
     return layout
 
 
@@ -183,12 +187,12 @@ class TofinoDevice:
 
     def registers(self, name: str) -> list[int]:
         fields = self.layout[name]
-        arrays = {field.array: self._read_array(field.array, "$REGISTER_INDEX") for field in dict.fromkeys(fields)}
-        pool = len(next(iter(arrays.values())))
+        arrays = {array: self._read_array(array, "$REGISTER_INDEX") for array in dict.fromkeys(f.array for f in fields)}
+        pool = len(next(iter(arrays.values()))) // (1 + max(f.group for f in fields))
         if name != "value":
             (field,) = fields
             return [self._pipe_value(arrays[field.array][slot][field.field]) for slot in range(pool)]
-        return [self._pipe_value(arrays[f.array][slot][f.field]) for slot in range(pool) for f in fields]
+        return [self._pipe_value(arrays[f.array][f.group * pool + slot][f.field]) for slot in range(pool) for f in fields]
 
     def write_register(self, name: str, index: int, value: int) -> None:
         """Write one cell; a pair's other half is written back as it is (BfRt writes whole entries)."""
