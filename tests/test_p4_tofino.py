@@ -107,10 +107,11 @@ def functional_warnings(stderr: str) -> list[str]:
 
 
 @needs_bf_p4c
-def test_bf_p4c_fits_the_tna_program_for_64_words_and_4096_slots(tmp_path):
+@pytest.mark.parametrize("words", [TOFINO_WORDS_PER_PASS, WORDS])
+def test_bf_p4c_fits_the_tna_program_in_one_pass_and_over_word_passes_for_4096_slots(words, tmp_path):
     from ina.p4.build import build
 
-    fitted = build(WORDS, POOL, "tofino", out=tmp_path, timeout=FIT_SECONDS)
+    fitted = build(words, POOL, "tofino", out=tmp_path, timeout=FIT_SECONDS)
     assert fitted.tofino is not None and fitted.tofino.binary.stat().st_size > 0
     assert json.loads(fitted.tofino.context.read_text())["program_name"] == "ina_tna"
     assert functional_warnings(fitted.warnings) == []

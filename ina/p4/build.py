@@ -24,6 +24,9 @@ TOFINO_WORDS_PER_PASS = 23
 the stages after the slot decision); a larger K takes a word pass for each further group."""
 MAX_WORDS = {"bmv2": 256, "tofino": 3 * TOFINO_WORDS_PER_PASS}
 """p4src/each_word.p4 unrolls up to 256 words; on Tofino 1 the ingress parser reaches three passes' words."""
+DEFAULT_WORDS = {"bmv2": 64, "tofino": TOFINO_WORDS_PER_PASS}
+"""`ina p4 build`'s K: the protocol's 64 on BMv2; on Tofino the most that one pass steps, which bf-p4c has
+fitted (docs/p4.md, "Word passes": a larger K is written but not yet fitted)."""
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
