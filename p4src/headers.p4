@@ -151,12 +151,18 @@ header word_h {
     bit<32> value;
 }
 #if defined(INA_WORD_GROUP) && WORDS > INA_WORD_GROUP
-/* `words` holds the group a pass steps; the groups before it and after it go through in `before`
- * and `after`, so that the frame leaves every pass with its words in their order. */
+/* `words` holds the group a pass steps; the groups before it go through in `before1` and `before2`,
+ * those after it in `after1` and `after2`, so that the frame leaves every pass with its words in their
+ * order. Each stack holds at most a group, as `words` does. */
 #define INA_WORD_PASSES
 #define WORD_GROUPS ((WORDS + INA_WORD_GROUP - 1) / INA_WORD_GROUP)
 #define LAST_GROUP_WORDS (WORDS - (WORD_GROUPS - 1) * INA_WORD_GROUP)
 #define STEP_WORDS INA_WORD_GROUP
+#if WORD_GROUPS == 3
+#define AFTER1_WORDS INA_WORD_GROUP  /* after the first group: the second, then the third in after2 */
+#else
+#define AFTER1_WORDS LAST_GROUP_WORDS
+#endif
 #if WORD_GROUPS > 3
 #error "WORDS (K) must be at most three passes' words (3 * INA_WORD_GROUP): the ingress parser takes about 256 bytes of words"
 #endif
@@ -223,11 +229,17 @@ struct headers_t {
     udp_h udp;
     ina_h ina;
 #ifdef INA_WORD_PASSES
-    word_h[WORDS - LAST_GROUP_WORDS] before;
+    word_h[INA_WORD_GROUP] before1;
+#if WORD_GROUPS == 3
+    word_h[INA_WORD_GROUP] before2;
+#endif
 #endif
     INA_WORDS_TYPE words;
 #ifdef INA_WORD_PASSES
-    word_h[WORDS - INA_WORD_GROUP] after;
+    word_h[AFTER1_WORDS] after1;
+#if WORD_GROUPS == 3
+    word_h[LAST_GROUP_WORDS] after2;
+#endif
 #endif
 }
 

@@ -89,15 +89,17 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 
     /* the first group's words (all K without word passes), the others after them */
     state parse_words {
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#include "each_word.p4"
-#undef WORD_STEP
+#define EXTRACT_STACK words
+#include "extract_words.p4"
 #ifdef INA_WORD_PASSES
-#define EACH_WORD_COUNT (WORDS - INA_WORD_GROUP)
-#define WORD_STEP(i) packet.extract(hdr.after[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
+#define EXTRACT_STACK after1
+#define EACH_WORD_COUNT AFTER1_WORDS
+#include "extract_words.p4"
+#if WORD_GROUPS == 3
+#define EXTRACT_STACK after2
+#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#include "extract_words.p4"
+#endif
 #endif
         transition accept;
     }
@@ -111,52 +113,42 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         packet.extract(hdr.ipv4);
         packet.extract(hdr.udp);
         packet.extract(hdr.ina);
+#define EXTRACT_STACK before1
+#define EACH_WORD_COUNT INA_WORD_GROUP
+#include "extract_words.p4"
         transition select(hdr.bridge.word_group) {
             1: word_group_1;
-#if WORD_GROUPS > 2
+#if WORD_GROUPS == 3
             2: word_group_2;
 #endif
             default: reject;
         }
     }
 
+#if WORD_GROUPS == 3
     state word_group_1 {
-#define EACH_WORD_COUNT INA_WORD_GROUP
-#define WORD_STEP(i) packet.extract(hdr.before[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
-#if WORD_GROUPS > 2
-#define EACH_WORD_COUNT INA_WORD_GROUP
-#else
+#define EXTRACT_STACK words
+#include "extract_words.p4"
+#define EXTRACT_STACK after1
 #define EACH_WORD_COUNT LAST_GROUP_WORDS
-#endif
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
-#if WORD_GROUPS > 2
-#define EACH_WORD_COUNT LAST_GROUP_WORDS
-#define WORD_STEP(i) packet.extract(hdr.after[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
-#endif
+#include "extract_words.p4"
         transition accept;
     }
 
-#if WORD_GROUPS > 2
     state word_group_2 {
-#define EACH_WORD_COUNT (2 * INA_WORD_GROUP)
-#define WORD_STEP(i) packet.extract(hdr.before[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
+#define EXTRACT_STACK before2
+#define EACH_WORD_COUNT INA_WORD_GROUP
+#include "extract_words.p4"
+#define EXTRACT_STACK words
 #define EACH_WORD_COUNT LAST_GROUP_WORDS
-#define WORD_STEP(i) packet.extract(hdr.words[i]);
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
+#include "extract_words.p4"
+        transition accept;
+    }
+#else
+    state word_group_1 {
+#define EXTRACT_STACK words
+#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#include "extract_words.p4"
         transition accept;
     }
 #endif
