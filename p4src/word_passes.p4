@@ -6,7 +6,9 @@
  *
  * Why the groups stay in order: every word pass goes round in queue 0 of the one recirculation
  * port, so a slot's packets reach group g + 1 in the order they stepped group g; the first group's
- * order is the slot's (the deciding passes'). */
+ * order is the slot's (the deciding passes'). A last group shorter than the others leaves its
+ * stateful ALUs past K stepping words the packet does not have (invalid headers): the cells they
+ * write are no word's, and nothing reads them. */
 #if defined(INA_WORD_PASSES) && !defined(INA_WORD_PASSES_P4)
 #define INA_WORD_PASSES_P4
 
