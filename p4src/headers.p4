@@ -172,9 +172,12 @@ header word_h {
 #endif
 #endif
 
-#ifndef WORD_GROUPS
+#ifdef INA_WORD_PASSES
+#define WORD_CELLS (POOL * WORD_GROUPS)  /* a word register's cells: every group's, P apart */
+#else
 #define WORD_GROUPS 1
 #define STEP_WORDS WORDS
+#define WORD_CELLS POOL
 #endif
 #ifndef INA_WIDE_WORDS
 #define INA_WORDS_TYPE word_h[STEP_WORDS]

@@ -10,7 +10,9 @@ const bit<8> PASS_FIRST = 0;     /* as received */
 const bit<8> PASS_CLAIM = 1;     /* claim a slot whose key must change (free slot of another key, stale, preempt) */
 const bit<8> PASS_FLUSH = 2;     /* a RESEND found its own contribution: flush the slot */
 const bit<8> PASS_REDIRECT = 3;  /* a collision: set the redirect, then forward to the PS */
-const bit<8> PASS_WORDS = 4;     /* TNA, K above a pass's words: the next group of the words (WordPasses) */
+#ifdef INA_WORD_PASSES
+const bit<8> PASS_WORDS = 4;     /* TNA, K above a pass's words: the next group of the words (word_passes.p4) */
+#endif
 
 const bit<8> CLAIM_FREE = 0;     /* the slot was free (its last chunk completed or was flushed) */
 const bit<8> CLAIM_STALE = 1;    /* an older partial of the same job */

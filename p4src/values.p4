@@ -65,7 +65,7 @@ control ChooseSlotAction(inout headers_t hdr, inout ina_meta_t meta) {
 #define WORD_READ(w) rv = value;
 
 #define TNA_WORD_REGISTER(i) \
-    Register<bit<32>, bit<16>>(POOL * WORD_GROUPS) ina_value_##i; \
+    Register<bit<32>, bit<16>>(WORD_CELLS) ina_value_##i; \
     RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) swap_##i = { \
         void apply(inout bit<32> value, out bit<32> rv) { WORD_SWAP(hdr.words[i].value) } }; \
     RegisterAction<bit<32>, bit<16>, bit<32>>(ina_value_##i) add_##i = { \

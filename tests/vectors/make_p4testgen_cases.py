@@ -29,12 +29,20 @@ PACKET_BITS = 8 * 256
 PROGRAM = ROOT / "p4src" / "ina_tna.p4"
 
 
-def sources_digest() -> str:
-    """What the cases were generated from: every P4 source, K and P."""
-    digest = hashlib.sha256(f"K{WORDS} P{POOL}".encode())
-    for path in sorted((ROOT / "p4src").glob("*.p4")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
+DEFINES = ["-D__TARGET_TOFINO__=1", "-DINA_TESTGEN", f"-DWORDS={WORDS}", f"-DPOOL={POOL}"]
+"""The program p4testgen compiles: ina_tna.p4 for K and P, with the assumptions its cases need."""
+
+
+def sources_digest(sources: Path = ROOT / "p4src") -> str:
+    """What the cases were generated from: the program p4testgen reads, that is p4src/ through the C
+    preprocessor with DEFINES (the architecture's own includes left out), token by token, so that
+    comments, layout and code compiled only for other K and P leave the cases as valid as they are."""
+    with tempfile.TemporaryDirectory() as includes:
+        for name in ("core.p4", "tna.p4"):
+            (Path(includes) / name).write_text("")
+        command = ["cpp", "-P", "-undef", "-nostdinc", "-I", str(sources), "-I", includes, *DEFINES, str(sources / PROGRAM.name)]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return hashlib.sha256(" ".join(done.stdout.split()).encode()).hexdigest()[:16]
 
 
 # -- a stand-in for the harness a generated PTF test runs in ----------------------------------------
@@ -136,7 +144,7 @@ def record(test_file: Path) -> list[dict[str, Any]]:
 
 def generate(p4testgen: str, max_tests: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
-        command = [p4testgen, "--target", "tofino", "--arch", "tna", "--std", "p4-16", "-D__TARGET_TOFINO__=1", "-DINA_TESTGEN", f"-DWORDS={WORDS}", f"-DPOOL={POOL}",
+        command = [p4testgen, "--target", "tofino", "--arch", "tna", "--std", "p4-16", *DEFINES,
                    "-I", str(ROOT / "p4src"), "--test-backend", "ptf", "--max-tests", str(max_tests), "--seed", str(seed),
                    # front ports only (a frame from the recirculation port is a later pass of the program's own),
                    # paths chosen to reach statements not yet covered
