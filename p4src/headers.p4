@@ -197,7 +197,7 @@ header word_h {
 #define INA_NO_ANNOTATION
 
 #ifdef INA_WORD_PASSES
-/* A word pass's: which group, with what step, and what leaves after the last (WordPasses, identity.p4). */
+/* A word pass's: which group, with what step, and what leaves after the last (word_passes.p4). */
 #define INA_WORD_PASS_FIELDS \
     bit<8>  word_group;    /* PASS_WORDS: the group this pass steps (1 .. WORD_GROUPS - 1) */ \
     bit<8>  word_step;     /* the slot action (SLOT_*) the deciding pass chose */ \
