@@ -29,6 +29,8 @@
         } \
     }
 
+/* the ingress parser's words: each one extracted (stack_words.p4) */
+#define STACK_WORD(w) packet.extract(w);
 parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
                         out ingress_intrinsic_metadata_t ig_intr_md) {
 
@@ -89,18 +91,7 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 
     /* the first group's words (all K without word passes), the others after them */
     state parse_words {
-#define EXTRACT_STACK words
-#include "extract_words.p4"
-#ifdef INA_WORD_PASSES
-#define EXTRACT_STACK after1
-#define EACH_WORD_COUNT AFTER1_WORDS
-#include "extract_words.p4"
-#if WORD_GROUPS == 3
-#define EXTRACT_STACK after2
-#define EACH_WORD_COUNT LAST_GROUP_WORDS
-#include "extract_words.p4"
-#endif
-#endif
+#include "frame_words.p4"
         transition accept;
     }
 
@@ -113,9 +104,9 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         packet.extract(hdr.ipv4);
         packet.extract(hdr.udp);
         packet.extract(hdr.ina);
-#define EXTRACT_STACK before1
+#define WORD_STACK before1
 #define EACH_WORD_COUNT INA_WORD_GROUP
-#include "extract_words.p4"
+#include "stack_words.p4"
         transition select(hdr.bridge.word_group) {
             1: word_group_1;
 #if WORD_GROUPS == 3
@@ -127,33 +118,34 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 
 #if WORD_GROUPS == 3
     state word_group_1 {
-#define EXTRACT_STACK words
-#include "extract_words.p4"
-#define EXTRACT_STACK after1
+#define WORD_STACK words
+#include "stack_words.p4"
+#define WORD_STACK after1
 #define EACH_WORD_COUNT LAST_GROUP_WORDS
-#include "extract_words.p4"
+#include "stack_words.p4"
         transition accept;
     }
 
     state word_group_2 {
-#define EXTRACT_STACK before2
+#define WORD_STACK before2
 #define EACH_WORD_COUNT INA_WORD_GROUP
-#include "extract_words.p4"
-#define EXTRACT_STACK words
+#include "stack_words.p4"
+#define WORD_STACK words
 #define EACH_WORD_COUNT LAST_GROUP_WORDS
-#include "extract_words.p4"
+#include "stack_words.p4"
         transition accept;
     }
 #else
     state word_group_1 {
-#define EXTRACT_STACK words
+#define WORD_STACK words
 #define EACH_WORD_COUNT LAST_GROUP_WORDS
-#include "extract_words.p4"
+#include "stack_words.p4"
         transition accept;
     }
 #endif
 #endif
 }
+#undef STACK_WORD
 
 control InaIngressDeparser(packet_out packet, inout headers_t hdr, in ina_meta_t meta,
                            in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {

@@ -400,23 +400,9 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
 #ifdef INA_WIDE_WORDS
             hdr.words.setValid();
 #else
-#define WORD_STEP(i) hdr.words[i].setValid();
-#include "each_word.p4"
-#undef WORD_STEP
-#ifdef INA_WORD_PASSES
-#define EACH_WORD_COUNT AFTER1_WORDS
-#define WORD_STEP(i) hdr.after1[i].setValid();
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
-#if WORD_GROUPS == 3
-#define EACH_WORD_COUNT LAST_GROUP_WORDS
-#define WORD_STEP(i) hdr.after2[i].setValid();
-#include "each_word.p4"
-#undef WORD_STEP
-#undef EACH_WORD_COUNT
-#endif
-#endif
+#define STACK_WORD(w) w.setValid();
+#include "frame_words.p4"
+#undef STACK_WORD
 #endif
         }
 
