@@ -19,8 +19,9 @@
 #define INA_PREDICATE(lo, hi) ((bit<4>)1 << (((hi) ? 8w2 : 8w0) + ((lo) ? 8w1 : 8w0)))
 #define INA_PREDICATE1(lo) ((lo) ? 4w0b0010 : 4w0b0001)
 
-/* The value words: a slot's K words in one entry, laid out as the packet's (headers.p4, words_h). */
-#define INA_WORD_REGISTERS @name(".ina_value") register<words_t>(POOL) words_register;
+/* The value words: a slot's K words in one entry, laid out as the packet's (headers.p4, words_h); with
+ * word passes a group's words an entry, group g of slot s at s + g * POOL. */
+#define INA_WORD_REGISTERS @name(".ina_value") register<words_t>(WORD_CELLS) words_register;
 
 #define INA_CONST_TABLE_SIZE(n)  /* p4c warns on a constant table's size; bf-p4c wants it */
 

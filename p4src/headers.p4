@@ -5,8 +5,9 @@
  *   WORDS          32-bit payload words per packet K, 1..256 (default 64; on Tofino 1 at most three
  *                  passes' words, ina_tna.p4)
  *
- * A program whose passes step at most INA_WORD_GROUP words (ina_tna.p4 defines it) steps a larger K
- * in groups of that many, one group a pass (docs/p4.md, "Word passes").
+ * A program whose passes step at most INA_WORD_GROUP words (ina_tna.p4 defines it; on v1model
+ * `ina p4 build --word-group`, to run the word passes on BMv2) steps a larger K in groups of that
+ * many, one group a pass (docs/p4.md, "Word passes").
  */
 #ifndef INA_HEADERS_P4
 #define INA_HEADERS_P4
@@ -130,30 +131,10 @@ header ina_h {
     bit<32> bitmap;
 }
 
-#ifdef INA_WIDE_WORDS
-/* BMv2 pays for a primitive per field, about the same whatever its width: the K words as one field,
- * so that a packet's words cost one extract, one register access and a few lane-wise operations
- * (values.p4), not K of each. Word 0 is the field's most significant 32 bits, as on the wire. */
-typedef bit<(WORDS * 32)> words_t;
-header words_h {
-    words_t value;
-}
-
-/* The controller's read of a slot's words, answered to the CPU port with the words after it: BMv2's
- * Thrift reads at most 64 bits of a register entry. A frame of this EtherType from the CPU port. */
-const bit<16> ETHERTYPE_INA_PEEK = 0x88B5;  /* IEEE 802 local experimental */
-header peek_h {
-    bit<16> slot;
-}
-#define INA_WORDS_TYPE words_h
-#else
-header word_h {
-    bit<32> value;
-}
 #if defined(INA_WORD_GROUP) && WORDS > INA_WORD_GROUP
 /* `words` holds the group a pass steps; the groups before it go through in `before1` and `before2`,
  * those after it in `after1` and `after2`, so that the frame leaves every pass with its words in their
- * order. Each stack holds at most a group, as `words` does. */
+ * order. Each holds at most a group, as `words` does. */
 #define INA_WORD_PASSES
 #define WORD_GROUPS ((WORDS + INA_WORD_GROUP - 1) / INA_WORD_GROUP)
 #define LAST_GROUP_WORDS (WORDS - (WORD_GROUPS - 1) * INA_WORD_GROUP)
@@ -169,18 +150,40 @@ header word_h {
 #if WORD_GROUPS * POOL > 65536
 #error "POOL (P) times the word passes must be at most 65536: a word register holds every group's words, P apart"
 #endif
+#if defined(INA_WIDE_WORDS) && WORDS % INA_WORD_GROUP != 0
+#error "WORDS (K) must be a multiple of INA_WORD_GROUP on v1model: each group is one field as wide as a pass's words"
 #endif
-#endif
-
-#ifdef INA_WORD_PASSES
 #define WORD_CELLS (POOL * WORD_GROUPS)  /* a word register's cells: every group's, P apart */
 #else
 #define WORD_GROUPS 1
 #define STEP_WORDS WORDS
 #define WORD_CELLS POOL
 #endif
-#ifndef INA_WIDE_WORDS
+
+#ifdef INA_WIDE_WORDS
+/* BMv2 pays for a primitive per field, about the same whatever its width: the K words (a group's,
+ * with word passes) as one field, so that a packet's words cost one extract, one register access and
+ * a few lane-wise operations (values.p4), not K of each. Word 0 is the field's most significant 32
+ * bits, as on the wire. */
+typedef bit<(STEP_WORDS * 32)> words_t;
+header words_h {
+    words_t value;
+}
+
+/* The controller's read of a slot's words, answered to the CPU port with the words after it: BMv2's
+ * Thrift reads at most 64 bits of a register entry. A frame of this EtherType from the CPU port. */
+const bit<16> ETHERTYPE_INA_PEEK = 0x88B5;  /* IEEE 802 local experimental */
+header peek_h {
+    bit<16> slot;
+}
+#define INA_WORDS_TYPE words_h
+#define INA_GROUP_TYPE(n) words_h  /* every group as wide as a pass's words (K a multiple of them) */
+#else
+header word_h {
+    bit<32> value;
+}
 #define INA_WORDS_TYPE word_h[STEP_WORDS]
+#define INA_GROUP_TYPE(n) word_h[n]
 #endif
 
 /* What a later pass, or the egress, must know of a packet (docs/p4.md, "Passes"). On TNA it travels
@@ -198,22 +201,22 @@ header word_h {
 
 #ifdef INA_WORD_PASSES
 /* A word pass's: which group, with what step, and what leaves after the last (word_passes.p4). */
-#define INA_WORD_PASS_FIELDS \
-    bit<8>  word_group;    /* PASS_WORDS: the group this pass steps (1 .. WORD_GROUPS - 1) */ \
-    bit<8>  word_step;     /* the slot action (SLOT_*) the deciding pass chose */ \
-    bit<16> word_index;    /* the group's register index: slot + group * POOL */ \
-    bit<8>  final_kind;    /* OUT_*: what the deciding pass sends, once the last group is stepped */ \
-    bit<8>  final_drop; \
-    bit<16> final_port; \
-    bit<8>  final_queue;
+#define INA_WORD_PASS_FIELDS(ANNOTATION) \
+    ANNOTATION bit<8>  word_group;    /* PASS_WORDS: the group this pass steps (1 .. WORD_GROUPS - 1) */ \
+    ANNOTATION bit<8>  word_step;     /* the slot action (SLOT_*) the deciding pass chose */ \
+    ANNOTATION bit<16> word_index;    /* the group's register index: slot + group * POOL */ \
+    ANNOTATION bit<8>  final_kind;    /* OUT_*: what the deciding pass sends, once the last group is stepped */ \
+    ANNOTATION bit<8>  final_drop; \
+    ANNOTATION bit<16> final_port; \
+    ANNOTATION bit<8>  final_queue;
 #else
-#define INA_WORD_PASS_FIELDS
+#define INA_WORD_PASS_FIELDS(ANNOTATION)
 #endif
 
 #ifdef INA_CARRY_HEADER
 header ina_bridge_h {
     INA_CARRIED_FIELDS(INA_NO_ANNOTATION)
-    INA_WORD_PASS_FIELDS
+    INA_WORD_PASS_FIELDS(INA_NO_ANNOTATION)
 }
 #define CARRY hdr.bridge
 #else
@@ -232,16 +235,16 @@ struct headers_t {
     udp_h udp;
     ina_h ina;
 #ifdef INA_WORD_PASSES
-    word_h[INA_WORD_GROUP] before1;
+    INA_GROUP_TYPE(INA_WORD_GROUP) before1;
 #if WORD_GROUPS == 3
-    word_h[INA_WORD_GROUP] before2;
+    INA_GROUP_TYPE(INA_WORD_GROUP) before2;
 #endif
 #endif
     INA_WORDS_TYPE words;
 #ifdef INA_WORD_PASSES
-    word_h[AFTER1_WORDS] after1;
+    INA_GROUP_TYPE(AFTER1_WORDS) after1;
 #if WORD_GROUPS == 3
-    word_h[LAST_GROUP_WORDS] after2;
+    INA_GROUP_TYPE(LAST_GROUP_WORDS) after2;
 #endif
 #endif
 }

@@ -30,6 +30,7 @@
 #include "parser_tna.p4"
 
 #define INA_RECIRC_PORT RECIRC_PORT
+#define INA_WORD_PASS_PORT RECIRC_PORT
 
 #include "validate.p4"
 #include "jobs.p4"

@@ -25,6 +25,7 @@
 #include "parser_v1model.p4"
 
 #define INA_RECIRC_PORT meta.in_port  /* any port: the egress recirculates instead of sending */
+#define INA_WORD_PASS_PORT 510       /* one port for every word pass, so that its queue keeps their order (no interface) */
 
 #include "validate.p4"
 #include "jobs.p4"
@@ -33,6 +34,7 @@
 #include "outputs.p4"
 #include "counters.p4"
 #include "forwarding.p4"
+#include "word_passes.p4"
 #include "identity.p4"
 
 control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {

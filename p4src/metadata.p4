@@ -11,7 +11,7 @@ const bit<8> PASS_CLAIM = 1;     /* claim a slot whose key must change (free slo
 const bit<8> PASS_FLUSH = 2;     /* a RESEND found its own contribution: flush the slot */
 const bit<8> PASS_REDIRECT = 3;  /* a collision: set the redirect, then forward to the PS */
 #ifdef INA_WORD_PASSES
-const bit<8> PASS_WORDS = 4;     /* TNA, K above a pass's words: the next group of the words (word_passes.p4) */
+const bit<8> PASS_WORDS = 4;     /* K above a pass's words (TNA; v1model built with a word group): the next group of the words (word_passes.p4) */
 #endif
 
 const bit<8> CLAIM_FREE = 0;     /* the slot was free (its last chunk completed or was flushed) */
@@ -175,6 +175,7 @@ struct ina_meta_t {
 
 #ifndef INA_CARRY_HEADER
     INA_CARRIED_FIELDS(@field_list(1))
+    INA_WORD_PASS_FIELDS(@field_list(1))
 #endif
 }
 

@@ -6,6 +6,16 @@
 
 parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {
     state start {
+#ifdef INA_WORD_PASSES
+        /* a word pass's frame is one the deciding pass wrote, to any UDP port (the preserved metadata says so) */
+        transition select(meta.pass) {
+            PASS_WORDS: word_pass;
+            default: parse_ethernet;
+        }
+    }
+
+    state parse_ethernet {
+#endif
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
@@ -44,10 +54,50 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
         }
     }
 
+    /* the first group's words (all K without word passes), the others after them */
     state parse_words {
+#define STACK_WORD(w) packet.extract(w);
+#include "frame_words.p4"
+#undef STACK_WORD
+        transition accept;
+    }
+
+#ifdef INA_WORD_PASSES
+    /* A word pass's frame (docs/p4.md, "Word passes"): its group's words in `words`, the groups
+     * before and after it through, as parser_tna.p4 parses them. */
+    state word_pass {
+        meta.is_ina = 1;
+        packet.extract(hdr.ethernet);
+        packet.extract(hdr.ipv4);
+        packet.extract(hdr.udp);
+        packet.extract(hdr.ina);
+        packet.extract(hdr.before1);
+#if WORD_GROUPS == 3
+        transition select(meta.word_group) {
+            2: word_group_2;
+            default: word_group_1;
+        }
+#else
+        transition word_group_1;
+#endif
+    }
+
+    state word_group_1 {
+        packet.extract(hdr.words);
+#if WORD_GROUPS == 3
+        packet.extract(hdr.after1);
+#endif
+        transition accept;
+    }
+
+#if WORD_GROUPS == 3
+    state word_group_2 {
+        packet.extract(hdr.before2);
         packet.extract(hdr.words);
         transition accept;
     }
+#endif
+#endif
 }
 
 control InaVerifyChecksum(inout headers_t hdr, inout ina_meta_t meta) {
@@ -75,7 +125,19 @@ control InaDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
         packet.emit(hdr.ina);
+#ifdef INA_WORD_PASSES
+        packet.emit(hdr.before1);
+#if WORD_GROUPS == 3
+        packet.emit(hdr.before2);
+#endif
+#endif
         packet.emit(hdr.words);
+#ifdef INA_WORD_PASSES
+        packet.emit(hdr.after1);
+#if WORD_GROUPS == 3
+        packet.emit(hdr.after2);
+#endif
+#endif
     }
 }
 

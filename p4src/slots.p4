@@ -397,13 +397,9 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     apply {
         /* a FLUSH or SWEEP that evicts the slot leaves with its K words (each part fills its own) */
         if (hdr.ina.kind != KIND_DATA) {
-#ifdef INA_WIDE_WORDS
-            hdr.words.setValid();
-#else
 #define STACK_WORD(w) w.setValid();
 #include "frame_words.p4"
 #undef STACK_WORD
-#endif
         }
 
         /* the effective priority: min(priority, priority_cap) */

@@ -1,8 +1,9 @@
-/* Word passes (TNA, K above INA_WORD_GROUP; docs/p4.md, "Word passes"): a pass's stages have a
+/* Word passes (K above INA_WORD_GROUP; docs/p4.md, "Word passes"): a Tofino pass's stages have a
  * stateful ALU for INA_WORD_GROUP words, so the deciding pass steps the first group and hands the
- * packet to a pass for each later group, through the recirculation port. Such a pass decides
- * nothing: it takes the deciding pass's step (its slot action) to the group's part of the word
- * registers and, after the last group, sends the packet as the deciding pass decided.
+ * packet to a pass for each later group, through the recirculation port (BMv2 built with a word
+ * group runs the same, for its tests). Such a pass decides nothing: it takes the deciding pass's
+ * step (its slot action) to the group's part of the word registers and, after the last group, sends
+ * the packet as the deciding pass decided.
  *
  * Why the groups stay in order: every word pass goes round in queue 0 of the one recirculation
  * port, so a slot's packets reach group g + 1 in the order they stepped group g; the first group's
@@ -20,7 +21,7 @@
     CARRY.word_index = index; \
     meta.drop = 0; \
     meta.mcast_group = 0; \
-    meta.egress_port = INA_RECIRC_PORT; \
+    meta.egress_port = INA_WORD_PASS_PORT; \
     meta.queue = 0;
 
 /* The deciding pass, once Outputs wrote the packet: keep what leaves for after the last group. */
@@ -44,6 +45,9 @@ control WordPassStep(inout headers_t hdr, inout ina_meta_t meta) {
         meta.op_max = op_max;
         meta.rest = 0;
         meta.slot = CARRY.word_index;
+#ifdef INA_WIDE_WORDS
+        meta.slot_action = CARRY.word_step;  /* v1model's words step by the slot action, TNA's by path and answer */
+#endif
     }
 
     @name(".ina_word_steps")

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from ina.p4.build import Build, TofinoOutputs
+from ina.p4.build import TOFINO_WORDS_PER_PASS, Build, TofinoOutputs
 
 
 def tofino_build(words: int, pool: int, folder: Path) -> Build:
     """A Tofino build's record, for a device that never reads its files."""
     outputs = TofinoOutputs(folder / "tofino.bin", folder / "context.json", folder / "bfrt.json", folder / "resources.json")
-    return Build("tofino", words, pool, outputs.binary, folder / "ina_tna.p4info.txtpb", "", outputs)
+    return Build("tofino", words, pool, outputs.binary, folder / "ina_tna.p4info.txtpb", "", outputs, TOFINO_WORDS_PER_PASS)
 
 
 class FakeTable:

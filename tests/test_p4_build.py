@@ -33,13 +33,13 @@ def test_without_words_each_target_is_built_for_its_default(target, words, monke
 
     asked: list = []
 
-    def record(*args):
-        asked.append(args)
+    def record(*args, **options):
+        asked.append((args, options))
         raise BuildError("recorded, not built")
 
     monkeypatch.setattr(p4build, "build", record)
-    assert run_build(argparse.Namespace(target=target, words=None, pool=4096, out=None)) == 2
-    assert asked == [(words, 4096, target, None)]
+    assert run_build(argparse.Namespace(target=target, words=None, pool=4096, out=None, word_group=None)) == 2
+    assert asked == [((words, 4096, target, None), {"word_group": None})]
 
 
 def test_sizes_the_program_cannot_take_fail_before_compiling():
@@ -49,6 +49,16 @@ def test_sizes_the_program_cannot_take_fail_before_compiling():
         check("bmv2", 64, 48)
     with pytest.raises(ValueError, match="--target"):
         check("tofino2", 64, 64)
+    with pytest.raises(ValueError, match="more than 3 passes of 20 words: raise --word-group to at least 22"):
+        check("tofino", 64, 64, 20)
+    with pytest.raises(ValueError, match="on bmv2 --words must be a multiple of --word-group"):
+        check("bmv2", 64, 64, 23)
+    with pytest.raises(ValueError, match="65536 cells"):
+        check("tofino", 64, 32768, 23)
+    with pytest.raises(ValueError, match="--word-group must be at least 1"):
+        check("bmv2", 64, 64, -1)
+    check("bmv2", 64, 64, 32)
+    check("tofino", 69, 16384, 23)
 
 
 @needs_p4c
@@ -64,6 +74,23 @@ def test_p4c_compiles_the_bmv2_program_without_warnings(words, pool, tmp_path):
     p4info = result.p4info.read_text()
     for table in ("ina_jobs", "ina_workers", "ina_victims", "ina_routes", "ina_replicas", "ina_switch", "ina_l2"):
         assert f'name: "{table}"' in p4info
+
+
+@needs_p4c
+@pytest.mark.parametrize("words, group", [(4, 2), (6, 2)])
+def test_p4c_compiles_the_bmv2_program_with_word_passes_without_warnings(words, group, tmp_path):
+    """BMv2 built with a word group runs the Tofino program's word passes (p4src/word_passes.p4): a
+    word register of a group's words a cell, every group's cells P apart, and the groups before and
+    after the one a pass steps as fields of their own."""
+    result = build(words, 8, out=tmp_path, word_group=group)
+    assert "warning" not in result.warnings.lower(), result.warnings
+    assert result.pass_words == group
+    pipeline = json.loads(result.pipeline.read_text())
+    registers = {r["name"]: (r["size"], r["bitwidth"]) for r in pipeline["register_arrays"]}
+    assert registers["ina_missing"] == (8, 32) and registers["ina_value"] == (8 * words // group, 32 * group)
+    headers = {h["name"]: h["header_type"] for h in pipeline["headers"]}
+    groups = ["before1", "words", "after1"] + (["before2", "after2"] if words // group == 3 else [])
+    assert {name: headers[name] for name in groups} == dict.fromkeys(groups, "words_h")
 
 
 @needs_p4c

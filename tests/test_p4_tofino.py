@@ -79,7 +79,7 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(prog
             action, data = rest
             spec_ = next(a for a in table["action_specs"] if a["name"] == resolve(action, [a["name"] for a in table["action_specs"]]))
             assert {name for name, _ in data} == {d["name"].rsplit(".", 1)[-1] for d in spec_["data"]}, (table_name, action)
-    for name, fields in register_layout(WORDS).items():
+    for name, fields in register_layout(WORDS, TOFINO_WORDS_PER_PASS).items():
         for field in fields:
             table = tables[resolve(field.array, list(tables))]
             assert table["table_type"] == "Register" and table["size"] == POOL * (GROUPS if name == "value" else 1)
@@ -125,7 +125,7 @@ def test_a_slot_s_words_are_read_from_their_groups_cells():
 
     pool, gc = 4, fake_gc([])
     device = TofinoDevice(gc.client, gc, "cpu0", cpu_port=64)
-    device.layout = register_layout(WORDS)
+    device.layout = register_layout(WORDS, TOFINO_WORDS_PER_PASS)
     cells: dict[str, dict[int, dict]] = {f"ina_value_{j}": {} for j in range(TOFINO_WORDS_PER_PASS)}
     for slot in range(pool):
         for word in range(WORDS):

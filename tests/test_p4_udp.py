@@ -25,7 +25,9 @@ from ina.switch import SwitchConfig
 
 pytestmark = needs_bmv2
 
-WORDS, POOL = 16, 8
+WORDS, POOL = 18, 8
+WORD_GROUPS = {"one-pass": 0, "word-passes": 6}
+"""How many words a pass steps: all, or six, the rest on word passes (three groups, as the Tofino program's K = 64)."""
 SWITCH_IP, SWITCH_MAC = "10.99.0.254", "02:00:00:00:00:fe"
 WORKERS_IP, PS_IP, MANAGEMENT_IP = "10.99.0.1", "10.99.0.2", "10.98.0.254"
 PS_PORT, PS_CONTROL = 47101, 47181
@@ -35,11 +37,13 @@ TOKEN = secrets.token_hex(16)
 
 
 class Network:
-    """BMv2 with the workers' host on port 1 and the PS's on port 2, the controller in this process."""
+    """BMv2 with the workers' host on port 1 and the PS's on port 2, the controller in this process;
+    BMv2's program steps `word_group` words a pass (0: all)."""
 
-    def __init__(self) -> None:
+    def __init__(self, word_group: int) -> None:
         from ina.control.auth import Access
         from ina.p4.bmv2_device import Bmv2Device
+        from ina.p4.build import build
         from ina.p4.entries import Route
         from ina.control.registry import JobStore, Registry
         from ina.p4.server import P4SwitchServer
@@ -57,8 +61,9 @@ class Network:
         config = SwitchConfig(pool=POOL, words=WORDS, policy="esa", slot_timeout=1.0)
         interfaces = {1: self.workers.veth.switch_side, 2: self.ps_host.veth.switch_side}
         state = Path(tempfile.mkdtemp(prefix="ina-p4-state-")) / "switch.json"  # the job table a restart restores
+        program = build(WORDS, POOL, word_group=word_group)
         self._start = lambda control: P4SwitchServer(config, (SWITCH_IP, INA_PORT), control, lambda: Bmv2Device.start(interfaces), routes, SWITCH_MAC,
-                                                     access=Access(token=TOKEN), registry=Registry(store=JobStore(state))).start()  # fmt: skip
+                                                     access=Access(token=TOKEN), registry=Registry(store=JobStore(state)), program=program).start()  # fmt: skip
         self.switch = self._start((MANAGEMENT_IP, 0))
         self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",
                                                                "--control", f"{PS_IP}:{PS_CONTROL}", "--words", str(WORDS)),
@@ -98,9 +103,9 @@ class Network:
             part.close()
 
 
-@pytest.fixture(scope="module")
-def network():
-    net = Network()
+@pytest.fixture(scope="module", params=list(WORD_GROUPS.values()), ids=list(WORD_GROUPS))
+def network(request):
+    net = Network(request.param)
     yield net
     net.close()
 

@@ -43,6 +43,7 @@ def port():
 @pytest.fixture
 def switch_for(port):
     from ina.p4.bmv2 import Bmv2Process
+    from ina.p4.build import build
     from ina.p4.bmv2_device import Bmv2Device
     from ina.p4.controller import P4Switch
     from ina.p4.entries import Route
@@ -52,14 +53,16 @@ def switch_for(port):
     veth, wire = port
     parts = []
 
-    def start(config: SwitchConfig) -> P4Switch:
+    def start(config: SwitchConfig, word_group: int = 0) -> P4Switch:
+        """BMv2 with the program for `config`, its words stepped `word_group` a pass (0: all at once)."""
         bmv2 = Bmv2Process({1: veth.switch_side})
         parts.append(bmv2)
         runtime = P4RuntimeClient(bmv2.grpc_address)
         parts.append(runtime)
         registers = Bmv2Thrift("127.0.0.1", bmv2.thrift_port)
         parts.append(registers)
-        return P4Switch(config, Bmv2Device(runtime, registers), HOST, SWITCH_MAC, [Route(HOST, interface_mac(veth.host_side), 1)])
+        program = build(config.words, config.pool, word_group=word_group)
+        return P4Switch(config, Bmv2Device(runtime, registers), HOST, SWITCH_MAC, [Route(HOST, interface_mac(veth.host_side), 1)], program)
 
     yield start
     for part in reversed(parts):
@@ -96,13 +99,16 @@ def by_destination(packets: list[dict[str, str]]) -> dict[str, list[str]]:
     return dict(grouped)
 
 
+@pytest.mark.parametrize("word_group", [0, 2], ids=["one-pass", "word-passes"])
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_bmv2_replays_a_vector_exactly(path, port, switch_for):
+def test_bmv2_replays_a_vector_exactly(path, word_group, port, switch_for):
+    """One pass steps all K words, or (word-passes) K / 2 of them, the other half on a word pass of
+    their own: the Tofino program's word passes (docs/p4.md), the same outputs, counters and slots."""
     vector = json.loads(path.read_text())
     if vector["short_chunks"]:
         pytest.skip("the P4 program parses K words a chunk: its workers pad every chunk to K (docs/protocol.md, section 2)")
     config = vector["config"]
-    switch = switch_for(SwitchConfig(**config))
+    switch = switch_for(SwitchConfig(**config), word_group)
     _, wire = port
     host_mac = interface_mac(port[0].host_side)
     register_vector_jobs(switch, vector)
@@ -153,15 +159,17 @@ def test_bmv2_serves_its_egress_queue_by_priority_under_esa_only(policy, port, s
         assert order.index(63) == 30, order
 
 
+@pytest.mark.parametrize("words, word_group", [(4, 0), (6, 2)], ids=["one-pass", "word-passes"])
 @pytest.mark.parametrize("policy", ["esa", "atp"])
-def test_bmv2_first_packets_of_a_chunk_sent_at_once_all_aggregate(policy, port, switch_for):
+def test_bmv2_first_packets_of_a_chunk_sent_at_once_all_aggregate(policy, words, word_group, port, switch_for):
     """Every worker's first packet of a chunk, sent back to back to a slot another job's key left:
     each can find it free on its first pass and take the claim pass, where the first claims it and
-    the others add to it (docs/p4.md, "Passes"), as the reference does; none goes to the PS."""
-    switch = switch_for(SwitchConfig(pool=8, words=4, policy=policy))
+    the others add to it (docs/p4.md, "Passes"), as the reference does; none goes to the PS. With
+    word passes (three groups of two words) each group is stepped in the order of the first."""
+    switch = switch_for(SwitchConfig(pool=8, words=words, policy=policy), word_group)
     _, wire = port
     host_mac = interface_mac(port[0].host_side)
-    rig, spec = Rig(pool=8, words=4, policy=policy), job_spec(1, workers=3, window=2)
+    rig, spec = Rig(pool=8, words=words, policy=policy), job_spec(1, workers=3, window=2)
     assert switch.register(spec)["slot_base"] == rig.register(spec)
     packets = [rig.data(1, rank, 0) for rank in range(3)]
     expected = rig.core.receive(packets, 0.0)

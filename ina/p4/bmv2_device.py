@@ -79,20 +79,23 @@ class Bmv2Device:
         return self._peek_values() if name == "value" else self.thrift.registers(f"ina_{name}")
 
     def _peek_values(self) -> list[int]:
-        """Every slot's K words, word i of slot s at s * K + i: all peeks sent at once, then their answers."""
+        """Every slot's K words, word i of slot s at s * K + i: all peeks sent at once, then their
+        answers. Each peek reads one register cell: a slot's words, or with word passes one group's,
+        group g of slot s in cell s + g * P (p4src/word_passes.p4)."""
         assert self.program is not None, "load() the program first"
-        words, pool = self.program.words, self.program.pool
-        for slot in range(pool):
-            self.runtime.packet_out(PEEK.pack(PEEK_ETHERTYPE, slot))
-        values = np.zeros((pool, words), dtype=np.uint32)
-        pending = set(range(pool))
+        words, pool, step = self.program.words, self.program.pool, self.program.pass_words
+        cells = pool * (words // step)
+        for cell in range(cells):
+            self.runtime.packet_out(PEEK.pack(PEEK_ETHERTYPE, cell))
+        values = np.zeros((words // step, pool, step), dtype=np.uint32)
+        pending = set(range(cells))
         while pending:
             frame = self.runtime.packet_in(PEEK_TIMEOUT)
-            ethertype, slot = PEEK.unpack_from(frame)
-            if ethertype == PEEK_ETHERTYPE and slot in pending and len(frame) == PEEK.size + 4 * words:
-                values[slot] = np.frombuffer(frame, dtype=">u4", offset=PEEK.size)
-                pending.discard(slot)
-        return values.ravel().tolist()
+            ethertype, cell = PEEK.unpack_from(frame)
+            if ethertype == PEEK_ETHERTYPE and cell in pending and len(frame) == PEEK.size + 4 * step:
+                values[cell // pool, cell % pool] = np.frombuffer(frame, dtype=">u4", offset=PEEK.size)
+                pending.discard(cell)
+        return values.transpose(1, 0, 2).ravel().tolist()
 
     def write_register(self, name: str, index: int, value: int) -> None:
         self.thrift.write_register(f"ina_{name}", index, value)

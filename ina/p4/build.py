@@ -24,6 +24,11 @@ TOFINO_WORDS_PER_PASS = 23
 the stages after the slot decision); a larger K takes a word pass for each further group."""
 MAX_WORDS = {"bmv2": 256, "tofino": 3 * TOFINO_WORDS_PER_PASS}
 """p4src/each_word.p4 unrolls up to 256 words; on Tofino 1 the ingress parser reaches three passes' words."""
+WORD_GROUPS_MAX = 3
+"""The most passes a packet's words take (p4src/headers.p4): the TNA parser reaches three groups' words."""
+DEFAULT_WORD_GROUP = {"bmv2": 0, "tofino": TOFINO_WORDS_PER_PASS}
+"""The words one pass steps (0: all K). BMv2 steps any K in one pass; built with a word group it runs the
+word passes the Tofino program needs, so that the BMv2 tests check them too."""
 DEFAULT_WORDS = {"bmv2": 64, "tofino": TOFINO_WORDS_PER_PASS}
 """`ina p4 build`'s K: the protocol's 64 on BMv2; on Tofino the most that one pass steps, which bf-p4c has
 fitted (docs/p4.md, "Word passes": a larger K is written but not yet fitted)."""
@@ -58,6 +63,14 @@ class Build:
     p4info: Path
     warnings: str
     tofino: TofinoOutputs | None = None
+    word_group: int = 0
+    """The words a pass steps (INA_WORD_GROUP); 0, or K or more: every word in one pass."""
+
+    @property
+    def pass_words(self) -> int:
+        """The words one pass steps: word i of slot s is word i mod this of the group i div this, whose
+        cells are s + group * P (p4src/word_passes.p4)."""
+        return self.word_group if 0 < self.word_group < self.words else self.words
 
 
 def sources() -> Path:
@@ -65,12 +78,22 @@ def sources() -> Path:
     return Path(str(resources.files("ina.p4src")))
 
 
-def check(target: str, words: int, pool: int) -> None:
+def check(target: str, words: int, pool: int, word_group: int = 0) -> None:
     """ValueError naming the option to change, for a build p4src/ cannot make."""
     if target not in TARGETS:
         raise ValueError(f"--target must be one of {TARGETS}, got {target!r}")
     if not 1 <= words <= MAX_WORDS[target]:
         raise ValueError(f"--words must be in 1..{MAX_WORDS[target]} for the {target} program, got {words}")
+    if word_group < 0:
+        raise ValueError(f"--word-group must be at least 1 (or 0: every word in one pass), got {word_group}")
+    if 0 < word_group < words:
+        if words > WORD_GROUPS_MAX * word_group:
+            raise ValueError(f"--words {words} needs more than {WORD_GROUPS_MAX} passes of {word_group} words: "
+                             f"raise --word-group to at least {-(-words // WORD_GROUPS_MAX)}")  # fmt: skip
+        if target == "bmv2" and words % word_group:
+            raise ValueError(f"on bmv2 --words must be a multiple of --word-group (each group is one field), got {words} and {word_group}")
+        if pool * -(-words // word_group) > 65536:
+            raise ValueError(f"--pool {pool} times {-(-words // word_group)} word passes is more than the 65536 cells a word register indexes")
     SwitchConfig(pool=pool, words=words)  # the pool's own rules
 
 
@@ -90,16 +113,19 @@ def _run_compiler(command: list[str], timeout: float | None) -> subprocess.Compl
     return subprocess.CompletedProcess(command, code, stdout, stderr)
 
 
-def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, timeout: float | None = None) -> Build:
-    """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool;
-    BuildError if the compiler refuses it or runs past `timeout` seconds."""
-    check(target, words, pool)
+def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, timeout: float | None = None,
+          word_group: int | None = None) -> Build:
+    """Compile (or reuse the cached build of) the program for `target` with K = words, P = pool and
+    `word_group` words a pass (None: the target's own, DEFAULT_WORD_GROUP); BuildError if the compiler
+    refuses it or runs past `timeout` seconds."""
+    group = DEFAULT_WORD_GROUP[target] if word_group is None else word_group
+    check(target, words, pool, group)
     compiler = toolchain.require(COMPILERS[target])
     src = sources()
-    digest = hashlib.sha256(f"{target} {words} {pool} {compiler}".encode())
+    digest = hashlib.sha256(f"{target} {words} {pool} {group} {compiler}".encode())
     for path in sorted(src.glob("*.p4")):
         digest.update(path.name.encode() + path.read_bytes())
-    out = out or _cache() / f"{target}-K{words}-P{pool}-{digest.hexdigest()[:12]}"
+    out = out or _cache() / f"{target}-K{words}-P{pool}-G{group}-{digest.hexdigest()[:12]}"
     program = src / PROGRAMS[target]
     p4info = out / (program.stem + ".p4info.txtpb")
     outputs = _outputs(target, out, program)
@@ -108,6 +134,8 @@ def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, 
         out.mkdir(parents=True, exist_ok=True)
         command = [compiler, "--target", target, "--arch", ARCHITECTURES[target], "--std", "p4-16", f"-DWORDS={words}",
                    f"-DPOOL={pool}", "-I", str(src), "-o", str(out), "--p4runtime-files", str(p4info), str(program)]  # fmt: skip
+        if group:
+            command.insert(-1, f"-DINA_WORD_GROUP={group}")
         if target == "tofino":
             command.insert(1, "-g")  # the resource logs (pipe/logs), whose summary `ina p4 build` prints
         done = _run_compiler(command, timeout)
@@ -119,8 +147,8 @@ def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, 
         warnings_file.write_text(done.stderr)
     warnings = warnings_file.read_text() if warnings_file.exists() else ""
     if target == "tofino":
-        return Build(target, words, pool, outputs[0], p4info, warnings, TofinoOutputs(*outputs))
-    return Build(target, words, pool, outputs[0], p4info, warnings)
+        return Build(target, words, pool, outputs[0], p4info, warnings, TofinoOutputs(*outputs), group)
+    return Build(target, words, pool, outputs[0], p4info, warnings, word_group=group)
 
 
 def _outputs(target: str, out: Path, program: Path) -> list[Path]:

@@ -25,6 +25,9 @@ def register(subcommands: Any) -> None:
                           f"{p4build.TOFINO_WORDS_PER_PASS}, the most one pass steps; at most {p4build.MAX_WORDS['tofino']} "
                           "there, over word passes)")
     compile_.add_argument("--pool", type=int, default=64, help="aggregator slots P, a power of two (default %(default)s)")
+    compile_.add_argument("--word-group", type=int, help="the words one pass steps; a larger K takes a word pass for "
+                          f"each further group (default: all K on bmv2, {p4build.TOFINO_WORDS_PER_PASS} on tofino). On bmv2 "
+                          "K must be a multiple of it: BMv2 then runs the word passes the Tofino program needs, for testing them")
     compile_.add_argument("--out", help="output folder (default: a cache folder keyed by the inputs)")
     compile_.set_defaults(run=run_build)
 
@@ -34,7 +37,7 @@ def run_build(args: argparse.Namespace) -> int:
 
     try:
         words = args.words if args.words is not None else p4build.DEFAULT_WORDS[args.target]
-        result = p4build.build(words, args.pool, args.target, Path(args.out) if args.out else None)
+        result = p4build.build(words, args.pool, args.target, Path(args.out) if args.out else None, word_group=args.word_group)
     except (ValueError, ToolMissing, p4build.BuildError) as error:
         print(f"ina p4 build: {error}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from ina.control.registry import Registry
 from ina.control.http import ControlServer
 from ina.net.node import Address
 from ina.net.service import bind_or_explain
+from ina.p4.build import Build
 from ina.p4.controller import P4Switch
 from ina.p4.device import Device
 from ina.p4.entries import Route
@@ -27,7 +28,8 @@ class P4SwitchServer:
 
     def __init__(self, config: SwitchConfig, listen: Address, control: Address, open_device: Callable[[], Device],
                  routes: Iterable[Route], mac: str, access: Access | None = None,
-                 registry: Registry = Registry()) -> None:  # fmt: skip
+                 registry: Registry = Registry(), program: Build | None = None) -> None:  # fmt: skip
+        """Open the device and load `program` (default: p4src/ built for its target, P and K)."""
         if listen[1] != INA_PORT:
             raise ValueError(f"--listen {listen[0]}:{listen[1]}: the P4 switch knows ina packets by UDP port {INA_PORT}; use {listen[0]}:{INA_PORT}")
         self.address = listen
@@ -37,7 +39,7 @@ class P4SwitchServer:
         self.control: ControlServer | None = None
         try:
             self.device = open_device()
-            self.switch = P4Switch(config, self.device, listen[0], mac, routes)
+            self.switch = P4Switch(config, self.device, listen[0], mac, routes, program)
             self.control = bind_or_explain(lambda: ControlServer(self.switch, *control, access=access, registry=registry), control, "--control")
         except BaseException:
             self.close()

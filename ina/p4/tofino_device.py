@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
-from ina.p4.build import TOFINO_WORDS_PER_PASS, Build
+from ina.p4.build import Build
 from ina.p4.device import DELETE, INSERT, MODIFY, REGISTERS
 from ina.p4.entries import Group, TableEntry
 from ina.protocol.constants import EGRESS_QUEUES
@@ -71,13 +71,12 @@ class RegisterField:
     group: int = 0
 
 
-def register_layout(words: int) -> dict[str, list[RegisterField]]:
+def register_layout(words: int, pass_words: int) -> dict[str, list[RegisterField]]:
     """Each logical register's arrays (p4src/slots.p4, values.p4): value word i is cell slot + g * P
-    of array ina_value_j, where i = j + g * 23 (a pass steps 23 words, in the word passes' groups), every
-    other register one array of its own name."""
+    of array ina_value_j, where i = j + g * pass_words (a pass steps that many words, in the word passes'
+    groups), every other register one array of its own name."""
     layout = {name: [RegisterField(f"ina_{name}", "f1")] for name in REGISTERS if name != "value"}
-    layout["value"] = [RegisterField(f"ina_value_{i % TOFINO_WORDS_PER_PASS}", "f1", i // TOFINO_WORDS_PER_PASS)
-                       for i in range(words)]  # fmt: skip
+    layout["value"] = [RegisterField(f"ina_value_{i % pass_words}", "f1", i // pass_words) for i in range(words)]
     return layout
 
 
@@ -121,7 +120,7 @@ class TofinoDevice:
             raise RuntimeError(f"bf_switchd did not finish loading {PROGRAM} (tofino.bin {program.tofino.binary})")
         self.client.bind_pipeline_config(PROGRAM)
         self.info = self.client.bfrt_info_get(PROGRAM)
-        self.layout = register_layout(program.words)
+        self.layout = register_layout(program.words, program.pass_words)
 
     def _pipeline_action(self, name: str) -> int:
         return getattr(self.gc.bfruntime_pb2.SetForwardingPipelineConfigRequest, name)
