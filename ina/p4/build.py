@@ -22,10 +22,10 @@ TARGETS = ("bmv2", "tofino")
 TOFINO_WORDS_PER_PASS = 23
 """The words one ingress pass steps on Tofino 1 (ina_tna.p4's INA_WORD_GROUP: a stateful ALU a word, 23 fit
 the stages after the slot decision); a larger K takes a word pass for each further group."""
-MAX_WORDS = {"bmv2": 256, "tofino": 3 * TOFINO_WORDS_PER_PASS}
-"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1 the ingress parser reaches three passes' words."""
 WORD_GROUPS_MAX = 3
 """The most passes a packet's words take (p4src/headers.p4): the TNA parser reaches three groups' words."""
+MAX_WORDS = {"bmv2": 256, "tofino": WORD_GROUPS_MAX * TOFINO_WORDS_PER_PASS}
+"""p4src/each_word.p4 unrolls up to 256 words; on Tofino 1 the ingress parser reaches three passes' words."""
 DEFAULT_WORD_GROUP = {"bmv2": 0, "tofino": TOFINO_WORDS_PER_PASS}
 """The words one pass steps (0: all K). BMv2 steps any K in one pass; built with a word group it runs the
 word passes the Tofino program needs, so that the BMv2 tests check them too."""
@@ -87,13 +87,14 @@ def check(target: str, words: int, pool: int, word_group: int = 0) -> None:
     if word_group < 0:
         raise ValueError(f"--word-group must be at least 1 (or 0: every word in one pass), got {word_group}")
     if 0 < word_group < words:
-        if words > WORD_GROUPS_MAX * word_group:
+        groups = -(-words // word_group)
+        if groups > WORD_GROUPS_MAX:
             raise ValueError(f"--words {words} needs more than {WORD_GROUPS_MAX} passes of {word_group} words: "
                              f"raise --word-group to at least {-(-words // WORD_GROUPS_MAX)}")  # fmt: skip
         if target == "bmv2" and words % word_group:
             raise ValueError(f"on bmv2 --words must be a multiple of --word-group (each group is one field), got {words} and {word_group}")
-        if pool * -(-words // word_group) > 65536:
-            raise ValueError(f"--pool {pool} times {-(-words // word_group)} word passes is more than the 65536 cells a word register indexes")
+        if pool * groups > 65536:
+            raise ValueError(f"--pool {pool} times {groups} word passes is more than the 65536 cells a word register indexes")
     SwitchConfig(pool=pool, words=words)  # the pool's own rules
 
 
