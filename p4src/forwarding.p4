@@ -37,16 +37,20 @@ control CpuPort(inout ina_meta_t meta) {
         meta.from_cpu = 1;
     }
 
+    /* the default writes the 0 (in the table, not before it: one stage) */
+    action not_from_cpu() {
+        meta.from_cpu = 0;
+    }
+
     @name(".ina_cpu_ports")
     table cpu_ports {
         key = { meta.in_port: exact @name("port"); }
-        actions = { from_cpu; NoAction; }
-        const default_action = NoAction();
+        actions = { from_cpu; not_from_cpu; }
+        const default_action = not_from_cpu();
         size = 4;
     }
 
     apply {
-        meta.from_cpu = 0;
         cpu_ports.apply();
     }
 }

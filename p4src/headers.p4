@@ -195,7 +195,8 @@ header word_h {
     ANNOTATION bit<32> expect_seq; \
     ANNOTATION bit<16> group;         /* the job's multicast group (the egress's replica table) */ \
     ANNOTATION bit<8>  out_kind;      /* OUT_*: what leaves */ \
-    ANNOTATION bit<16> from_port;     /* the port the frame came in by (Ethernet flooding) */
+    ANNOTATION bit<7>  from_pad;      /* from_port as the parser reads it, in the low bits of 16 */ \
+    ANNOTATION bit<9>  from_port;     /* the port the frame came in by (Ethernet flooding): the parser's */
 
 #define INA_NO_ANNOTATION
 

@@ -56,7 +56,6 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta,
         }
         meta.truncated = 0;  /* a frame shorter than its headers is a parser error here */
         meta.now = ig_prsr_md.global_tstamp[41:10];
-        meta.in_port = ig_intr_md.ingress_port;
         logic.apply(hdr, meta);
         ig_tm_md.qid = (QueueId_t)meta.queue;  /* the port's queues strict-priority, 7 first (docs/p4.md) */
         if (meta.drop == 1) {
@@ -79,7 +78,7 @@ control InaEgress(inout headers_t hdr, inout ina_meta_t meta,
     apply {
         meta.egress_rid = eg_intr_md.egress_rid;
         meta.out_port = eg_intr_md.egress_port;
-        meta.in_port = hdr.bridge.from_port[8:0];
+        meta.in_port = hdr.bridge.from_port;
         logic.apply(hdr, meta);
         if (hdr.bridge.out_kind != OUT_RECIRC) {
             hdr.bridge.setInvalid();

@@ -245,7 +245,6 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     apply {
-        CARRY.from_port = (bit<16>)meta.in_port;
         CARRY.out_kind = meta.output;
         if (meta.output == OUT_TO_PS) {
             /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */

@@ -37,6 +37,7 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
     state start {
         packet.extract(ig_intr_md);
         packet.advance(PORT_METADATA_SIZE);
+        meta.in_port = ig_intr_md.ingress_port;  /* here, so that stage 0 can match on it */
         transition select(ig_intr_md.ingress_port) {
             RECIRC_PORT: recirculated;
             default: fresh;
@@ -63,7 +64,8 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         hdr.bridge.expect_seq = 0;
         hdr.bridge.group = 0;
         hdr.bridge.out_kind = OUT_DROP;
-        hdr.bridge.from_port = 0;
+        hdr.bridge.from_pad = 0;
+        hdr.bridge.from_port = ig_intr_md.ingress_port;
 #ifdef INA_WORD_PASSES
         hdr.bridge.word_group = 0;
         hdr.bridge.word_step = SLOT_NONE;
