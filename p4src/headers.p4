@@ -132,9 +132,11 @@ header ina_h {
 }
 
 #if defined(INA_WORD_GROUP) && WORDS > INA_WORD_GROUP
-/* `words` holds the group a pass steps; the groups before it go through in `before1` and `before2`,
- * those after it in `after1` and `after2`, so that the frame leaves every pass with its words in their
- * order. Each holds at most a group, as `words` does. */
+/* `words` holds the group a pass steps. The deciding pass parses the later groups into `after1` and
+ * `after2` (a DATA shorter than its K words is a parser error there, before any word is stepped); a
+ * word pass parses the groups before its own into `before1` and `before2` and leaves those after it
+ * as payload, so that the frame leaves every pass with its words in their order. Each holds at most
+ * a group, as `words` does. */
 #define INA_WORD_PASSES
 #define WORD_GROUPS ((WORDS + INA_WORD_GROUP - 1) / INA_WORD_GROUP)
 #define LAST_GROUP_WORDS (WORDS - (WORD_GROUPS - 1) * INA_WORD_GROUP)
@@ -206,6 +208,7 @@ header word_h {
     ANNOTATION bit<8>  word_group;    /* PASS_WORDS: the group this pass steps (1 .. WORD_GROUPS - 1) */ \
     ANNOTATION bit<8>  word_step;     /* the slot action (SLOT_*) the deciding pass chose */ \
     ANNOTATION bit<16> word_index;    /* the group's register index: slot + group * POOL */ \
+    ANNOTATION bit<8>  groups_absent; /* 1: the frame ends before this pass's group (a FLUSH's or SWEEP's: each pass adds its own) */ \
     ANNOTATION bit<8>  final_kind;    /* OUT_*: what the deciding pass sends, once the last group is stepped */ \
     ANNOTATION bit<8>  final_drop; \
     ANNOTATION bit<16> final_port; \

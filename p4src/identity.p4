@@ -39,12 +39,15 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     Outputs() outputs;
     Count() count;
     L2Forwarding() l2;
-#ifdef INA_WORD_PASSES
-    HandToWordPasses() hand_to_word_passes;
+    NextPass() next_pass;
     WordPassStep() word_pass_step;
     WordPassOutput() word_pass_output;
-#endif
 
+    /* A word pass (WORD_PASS, word_passes.p4) steps its group with the deciding pass's tables (bf-p4c
+     * places a table applied in two places in neither): it takes its step from the bridge instead of
+     * the checks and the slot, and sends as the bridge says instead of deciding. It counts nothing
+     * (no outcome, event or arrival). Without word passes WORD_PASS is false, which the compiler
+     * folds away. */
     apply {
         meta.drop = 0;
         meta.queue = 0;
@@ -52,12 +55,6 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
         meta.mcast_group = 0;
         if (meta.is_ina == 0) {
             l2.apply(hdr, meta);
-#ifdef INA_WORD_PASSES
-        } else if (CARRY.pass == PASS_WORDS) {
-            word_pass_step.apply(hdr, meta);
-            words.apply(hdr, meta);
-            word_pass_output.apply(hdr, meta);
-#endif
         } else {
             bit<1> arrived = 0;
             if (CARRY.pass == PASS_FIRST) {
@@ -65,27 +62,37 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             }
             meta.outcome = NO_OUTCOME;
             meta.event = NO_EVENT;
-            identity.apply(meta);
-            cpu_port.apply(meta);
-            validate.apply(hdr, meta);
-            job_checks.apply(hdr, meta);
-            admission.apply(hdr, meta);
+            if (WORD_PASS) {
+                word_pass_step.apply(hdr, meta);
+            } else {
+                identity.apply(meta);
+                cpu_port.apply(meta);
+                validate.apply(hdr, meta);
+                job_checks.apply(hdr, meta);
+                admission.apply(hdr, meta);
+            }
             if (meta.outcome == NO_OUTCOME) {
-                in_queue.apply(hdr.ina.priority, meta.esa, meta.in_queue);
-                slots.apply(hdr, meta);
-                old_queue.apply(meta.old_prio, meta.esa, meta.old_queue);
-                choose.apply(hdr, meta);
+                if (!WORD_PASS) {
+                    in_queue.apply(hdr.ina.priority, meta.esa, meta.in_queue);
+                    slots.apply(hdr, meta);
+                    choose.apply(hdr, meta);
+                }
                 words.apply(hdr, meta);
-                decide.apply(hdr, meta);
-                if (meta.output != OUT_RECIRC) {
-                    CARRY.pass = PASS_FIRST;
+                /* Decide and Outputs each under a condition of its own: Tofino 1 places all of a
+                 * branch's tables before anything after the branch, and the words go in stages
+                 * between and beside them. */
+                if (!WORD_PASS) {
+                    old_queue.apply(meta.old_prio, meta.esa, meta.old_queue);
+                    decide.apply(hdr, meta);
                 }
-                outputs.apply(hdr, meta);
-#ifdef INA_WORD_PASSES
-                if (meta.slot_action != SLOT_NONE && meta.output != OUT_RECIRC) {
-                    hand_to_word_passes.apply(hdr, meta);
+                if (!WORD_PASS) {
+                    outputs.apply(hdr, meta);
                 }
-#endif
+                if (WORD_PASS) {
+                    word_pass_output.apply(hdr, meta);
+                } else {
+                    next_pass.apply(hdr, meta);
+                }
             } else {
                 meta.drop = 1;
             }

@@ -36,10 +36,10 @@
 #include "jobs.p4"
 #include "slots.p4"
 #include "values.p4"
+#include "word_passes.p4"
 #include "outputs.p4"
 #include "counters.p4"
 #include "forwarding.p4"
-#include "word_passes.p4"
 #include "identity.p4"
 
 control InaIngress(inout headers_t hdr, inout ina_meta_t meta,
@@ -57,13 +57,22 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta,
         meta.truncated = 0;  /* a frame shorter than its headers is a parser error here */
         meta.now = ig_prsr_md.global_tstamp[41:10];
         logic.apply(hdr, meta);
-        ig_tm_md.qid = (QueueId_t)meta.queue;  /* the port's queues strict-priority, 7 first (docs/p4.md) */
-        if (meta.drop == 1) {
-            ig_dprsr_md.drop_ctl = 1;
-        } else if (meta.mcast_group != 0) {
-            ig_tm_md.mcast_grp_a = meta.mcast_group;
-        } else {
-            ig_tm_md.ucast_egress_port = meta.egress_port;
+#ifdef INA_WORD_PASSES
+        if (hdr.bridge.pass == PASS_WORDS) {
+            /* a group's word pass next (word_passes.p4): queue 0 of the recirculation port */
+            ig_tm_md.qid = 0;
+            ig_tm_md.ucast_egress_port = INA_WORD_PASS_PORT;
+        } else
+#endif
+        {
+            ig_tm_md.qid = (QueueId_t)meta.queue;  /* the port's queues strict-priority, 7 first (docs/p4.md) */
+            if (meta.drop == 1) {
+                ig_dprsr_md.drop_ctl = 1;
+            } else if (meta.mcast_group != 0) {
+                ig_tm_md.mcast_grp_a = meta.mcast_group;
+            } else {
+                ig_tm_md.ucast_egress_port = meta.egress_port;
+            }
         }
     }
 }

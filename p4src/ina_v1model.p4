@@ -31,10 +31,10 @@
 #include "jobs.p4"
 #include "slots.p4"
 #include "values.p4"
+#include "word_passes.p4"
 #include "outputs.p4"
 #include "counters.p4"
 #include "forwarding.p4"
-#include "word_passes.p4"
 #include "identity.p4"
 
 control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {
@@ -53,6 +53,11 @@ control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_me
             return;
         }
         logic.apply(hdr, meta);
+#ifdef INA_WORD_PASSES
+        if (CARRY.pass == PASS_WORDS) {
+            std.egress_spec = INA_WORD_PASS_PORT;  /* a group's word pass next (word_passes.p4), queue 0 */
+        } else
+#endif
         if (meta.drop == 1) {
             mark_to_drop(std);
         } else {

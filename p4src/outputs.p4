@@ -244,52 +244,130 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.udp.checksum = 0;
     }
 
+    /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */
+    action to_ps() {
+        hdr.ethernet.src = meta.switch_mac;
+        hdr.ipv4.dst = meta.dst_ip;
+        hdr.udp.dst_port = meta.dst_port;
+        hdr.udp.checksum = 0;
+        meta.queue = meta.in_queue;
+    }
+
+    /* the partial's key, its priority and the workers it holds, ... */
+    action partial() {
+        hdr.ina.kind = KIND_PARTIAL;
+        hdr.ina.job = meta.partial_id[15:0];
+        hdr.ina.rank = 0;
+        hdr.ina.priority = meta.old_prio;
+        hdr.ina.seq = meta.partial_seq;
+        hdr.ina.index_bits = 0;
+        hdr.ina.bitmap = meta.partial_full & ~meta.partial_missing;
+        from_switch();
+        hdr.ipv4.dst = meta.dst_ip;
+        hdr.udp.dst_port = meta.dst_port;
+        meta.queue = meta.old_queue;
+    }
+
+    /* ... a MAX chunk's words whole, ... */
+    action partial_max() {
+        partial();
+        hdr.ina.flags = FLAG_MAX_BIT;
+        hdr.ina.lane_bits = 32;
+    }
+
+    /* ... a SUM's in the lanes of its workers */
+    action partial_sum() {
+        partial();
+        hdr.ina.flags = 0;
+        hdr.ina.lane_bits = meta.partial_lanes;
+    }
+
+    /* this chunk's key; every worker's contribution (priority 0: queue 0) */
+    action result() {
+        hdr.ina.kind = KIND_RESULT;
+        hdr.ina.rank = 0;
+        hdr.ina.priority = 0;
+        hdr.ina.flags = hdr.ina.flags & FLAG_MAX_BIT;
+        hdr.ina.bitmap = meta.full;
+        from_switch();
+        meta.mcast_group = CARRY.group;
+    }
+
+    action to_recirc_port() {
+        meta.egress_port = INA_RECIRC_PORT;
+        meta.queue = meta.in_queue;
+    }
+
+    action drop() {
+        meta.drop = 1;
+    }
+
+    /* each branch one action (one logical table), so that the words share the stage */
     apply {
-        CARRY.out_kind = meta.output;
         if (meta.output == OUT_TO_PS) {
-            /* unchanged but for the destination (docs/protocol.md, "Forward to the PS") */
-            hdr.ethernet.src = meta.switch_mac;
-            hdr.ipv4.dst = meta.dst_ip;
-            hdr.udp.dst_port = meta.dst_port;
-            hdr.udp.checksum = 0;
-            meta.queue = meta.in_queue;
+            to_ps();
             routes.apply();
         } else if (meta.output == OUT_PARTIAL) {
-            /* the partial's key, its priority and the workers it holds (lanes: a MAX chunk's words are whole) */
-            hdr.ina.kind = KIND_PARTIAL;
             if (meta.partial_id[16:16] == 1) {
-                hdr.ina.flags = FLAG_MAX_BIT;
-                hdr.ina.lane_bits = 32;
+                partial_max();
             } else {
-                hdr.ina.flags = 0;
-                hdr.ina.lane_bits = meta.partial_lanes;
+                partial_sum();
             }
-            hdr.ina.job = meta.partial_id[15:0];
-            hdr.ina.rank = 0;
-            hdr.ina.priority = meta.old_prio;
-            hdr.ina.seq = meta.partial_seq;
-            hdr.ina.index_bits = 0;
-            hdr.ina.bitmap = meta.partial_full & ~meta.partial_missing;
-            from_switch();
-            hdr.ipv4.dst = meta.dst_ip;
-            hdr.udp.dst_port = meta.dst_port;
-            meta.queue = meta.old_queue;
             routes.apply();
         } else if (meta.output == OUT_RESULT) {
-            /* this chunk's key; every worker's contribution (priority 0: queue 0) */
-            hdr.ina.kind = KIND_RESULT;
-            hdr.ina.rank = 0;
-            hdr.ina.priority = 0;
-            hdr.ina.flags = hdr.ina.flags & FLAG_MAX_BIT;
-            hdr.ina.bitmap = meta.full;
-            from_switch();
-            meta.mcast_group = CARRY.group;
+            result();
         } else if (meta.output == OUT_RECIRC) {
-            meta.egress_port = INA_RECIRC_PORT;
-            meta.queue = meta.in_queue;
+            to_recirc_port();
         } else {
-            meta.drop = 1;
+            drop();
         }
+    }
+}
+
+/* What the bridge says comes after this pass: the egress and out, with the output Decide chose; the
+ * later pass Decide chose (its next_pass); or, where the slot action steps words of later groups,
+ * their word passes (word_passes.p4). */
+control NextPass(inout headers_t hdr, inout ina_meta_t meta) {
+    action leave() {
+        CARRY.pass = PASS_FIRST;
+        CARRY.out_kind = meta.output;
+    }
+
+    action go_round() {
+        CARRY.out_kind = OUT_RECIRC;
+    }
+
+#ifdef INA_WORD_PASSES
+    action hand_to_word_passes() {
+        HAND_TO_WORD_PASSES
+    }
+#endif
+
+    /* one table, not a chain of conditions: one logical table in a stage the words share */
+    @name(".ina_next_passes")
+    table next_passes {
+        key = {
+            meta.output: ternary @name("output");
+            meta.slot_action: ternary @name("slot_action");
+        }
+#ifdef INA_WORD_PASSES
+        actions = { leave; go_round; hand_to_word_passes; }
+#else
+        actions = { leave; go_round; }
+#endif
+        const default_action = leave();
+        INA_CONST_TABLE_SIZE(4)
+        const entries = {
+            (OUT_RECIRC, _): go_round();
+#ifdef INA_WORD_PASSES
+            (_, SLOT_NONE): leave();
+            (_, _): hand_to_word_passes();
+#endif
+        }
+    }
+
+    apply {
+        next_passes.apply();
     }
 }
 

@@ -70,6 +70,7 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         hdr.bridge.word_group = 0;
         hdr.bridge.word_step = SLOT_NONE;
         hdr.bridge.word_index = 0;
+        hdr.bridge.groups_absent = 0;
         hdr.bridge.final_kind = OUT_DROP;
         hdr.bridge.final_drop = 0;
         hdr.bridge.final_port = 0;
@@ -99,7 +100,9 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 
 #ifdef INA_WORD_PASSES
     /* A word pass's frame is one the deciding pass wrote (a DATA, PARTIAL or RESULT of K words, to
-     * any UDP port): its group's words go to `words`, the groups before and after it through. */
+     * any UDP port): the groups before its own go through in `before1` and `before2`, its own to
+     * `words`, the groups after it stay payload. A FLUSH's or SWEEP's frame ends before its group
+     * (groups_absent), whose words WordPassStep makes valid. */
     state word_pass {
         meta.is_ina = 1;
         packet.extract(hdr.ethernet);
@@ -109,36 +112,35 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
 #define WORD_STACK before1
 #define EACH_WORD_COUNT INA_WORD_GROUP
 #include "stack_words.p4"
-        transition select(hdr.bridge.word_group) {
-            1: word_group_1;
+        transition select(hdr.bridge.word_group, hdr.bridge.groups_absent) {
+            (1, 0): word_group_1;
+            (1, 1): accept;
 #if WORD_GROUPS == 3
-            2: word_group_2;
+            (2, _): word_group_2;
 #endif
             default: reject;
         }
     }
 
-#if WORD_GROUPS == 3
     state word_group_1 {
 #define WORD_STACK words
-#include "stack_words.p4"
-#define WORD_STACK after1
-#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#define EACH_WORD_COUNT AFTER1_WORDS
 #include "stack_words.p4"
         transition accept;
     }
 
+#if WORD_GROUPS == 3
     state word_group_2 {
 #define WORD_STACK before2
 #define EACH_WORD_COUNT INA_WORD_GROUP
 #include "stack_words.p4"
-#define WORD_STACK words
-#define EACH_WORD_COUNT LAST_GROUP_WORDS
-#include "stack_words.p4"
-        transition accept;
+        transition select(hdr.bridge.groups_absent) {
+            0: word_group_2_words;
+            default: accept;
+        }
     }
-#else
-    state word_group_1 {
+
+    state word_group_2_words {
 #define WORD_STACK words
 #define EACH_WORD_COUNT LAST_GROUP_WORDS
 #include "stack_words.p4"

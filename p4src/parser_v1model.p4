@@ -63,8 +63,8 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
     }
 
 #ifdef INA_WORD_PASSES
-    /* A word pass's frame (docs/p4.md, "Word passes"): its group's words in `words`, the groups
-     * before and after it through, as parser_tna.p4 parses them. */
+    /* A word pass's frame (docs/p4.md, "Word passes"), as parser_tna.p4 parses it: the groups
+     * before its own through, its own to `words`, the rest payload; none of its own on a FLUSH's. */
     state word_pass {
         meta.is_ina = 1;
         packet.extract(hdr.ethernet);
@@ -72,31 +72,29 @@ parser InaParser(packet_in packet, out headers_t hdr, inout ina_meta_t meta, ino
         packet.extract(hdr.udp);
         packet.extract(hdr.ina);
         packet.extract(hdr.before1);
+        transition select(meta.word_group, meta.groups_absent) {
+            (1, 1): accept;
 #if WORD_GROUPS == 3
-        transition select(meta.word_group) {
-            2: word_group_2;
-            default: word_group_1;
+            (2, _): word_group_2;
+#endif
+            default: word_group_words;
         }
-#else
-        transition word_group_1;
-#endif
-    }
-
-    state word_group_1 {
-        packet.extract(hdr.words);
-#if WORD_GROUPS == 3
-        packet.extract(hdr.after1);
-#endif
-        transition accept;
     }
 
 #if WORD_GROUPS == 3
     state word_group_2 {
         packet.extract(hdr.before2);
+        transition select(meta.groups_absent) {
+            0: word_group_words;
+            default: accept;
+        }
+    }
+#endif
+
+    state word_group_words {
         packet.extract(hdr.words);
         transition accept;
     }
-#endif
 #endif
 }
 

@@ -395,11 +395,14 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     apply {
-        /* a FLUSH or SWEEP that evicts the slot leaves with its K words (each part fills its own) */
+        /* a FLUSH or SWEEP that evicts the slot leaves with its K words: the first group's made valid
+         * here, where the register read fills them; the later groups' (word passes) on their own
+         * passes, which the bridge tells that the frame ends before them */
         if (hdr.ina.kind != KIND_DATA) {
-#define STACK_WORD(w) w.setValid();
-#include "frame_words.p4"
-#undef STACK_WORD
+#include "valid_words.p4"
+#ifdef INA_WORD_PASSES
+            CARRY.groups_absent = 1;
+#endif
         }
 
         /* the effective priority: min(priority, priority_cap) */

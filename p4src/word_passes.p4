@@ -10,31 +10,29 @@
  * order is the slot's (the deciding passes'). A last group shorter than the others leaves its
  * stateful ALUs past K stepping words the packet does not have (invalid headers): the cells they
  * write are no word's, and nothing reads them. */
-#if defined(INA_WORD_PASSES) && !defined(INA_WORD_PASSES_P4)
+#ifndef INA_WORD_PASSES_P4
 #define INA_WORD_PASSES_P4
+#ifdef INA_WORD_PASSES
+#define WORD_PASS (CARRY.pass == PASS_WORDS)
 
-/* round again for group `group` at register index `index` */
+/* Round again for group `group` at register index `index`: the architecture's ingress sends a
+ * packet whose bridge says PASS_WORDS to queue 0 of INA_WORD_PASS_PORT (ina_tna.p4, ina_v1model.p4),
+ * so that no table here writes what Outputs wrote in an earlier stage. */
 #define TO_WORD_PASS(group, index) \
     CARRY.pass = PASS_WORDS; \
     CARRY.out_kind = OUT_RECIRC; \
     CARRY.word_group = group; \
-    CARRY.word_index = index; \
-    meta.drop = 0; \
-    meta.mcast_group = 0; \
-    meta.egress_port = INA_WORD_PASS_PORT; \
-    meta.queue = 0;
+    CARRY.word_index = index;
 
-/* The deciding pass, once Outputs wrote the packet: keep what leaves for after the last group. */
-control HandToWordPasses(inout headers_t hdr, inout ina_meta_t meta) {
-    apply {
-        CARRY.word_step = meta.slot_action;
-        CARRY.final_kind = meta.output;
-        CARRY.final_drop = (bit<8>)meta.drop;
-        CARRY.final_port = (bit<16>)meta.egress_port;
-        CARRY.final_queue = (bit<8>)meta.queue;
-        TO_WORD_PASS(1, meta.slot + POOL)
-    }
-}
+/* The deciding pass, once Outputs routed it, where its slot action steps the words (NextPass,
+ * outputs.p4): its step, and what leaves after the last group and where, go along. */
+#define HAND_TO_WORD_PASSES \
+    CARRY.word_step = meta.slot_action; \
+    CARRY.final_kind = meta.output; \
+    CARRY.final_drop = (bit<8>)meta.drop; \
+    CARRY.final_port = (bit<16>)meta.egress_port; \
+    CARRY.final_queue = (bit<8>)meta.queue; \
+    TO_WORD_PASS(1, meta.slot + POOL)
 
 /* A word pass: the key the words' tables (values.p4) choose the deciding pass's step by, and the
  * group's register index as the slot. */
@@ -66,26 +64,67 @@ control WordPassStep(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     apply {
+        if (CARRY.groups_absent == 1) {
+            /* a FLUSH's or SWEEP's frame ends before this group: its words, which the read fills */
+#if WORD_GROUPS == 3
+            if (CARRY.word_group == 1) {
+#define EACH_WORD_COUNT INA_WORD_GROUP
+#include "valid_words.p4"
+            } else
+#endif
+            {
+#define EACH_WORD_COUNT LAST_GROUP_WORDS
+#include "valid_words.p4"
+            }
+        }
         word_steps.apply();
     }
 }
 
-/* After a word pass: the next group's, or out as the deciding pass decided. */
+/* After a word pass: the next group's, or out as the deciding pass decided (one table: one logical
+ * table in a stage the words share). */
 control WordPassOutput(inout headers_t hdr, inout ina_meta_t meta) {
-    apply {
-        if (CARRY.word_group == WORD_GROUPS - 1) {
-            CARRY.pass = PASS_FIRST;
-            CARRY.out_kind = CARRY.final_kind;
-            meta.drop = CARRY.final_drop[0:0];
-            meta.egress_port = CARRY.final_port[8:0];
-            meta.queue = CARRY.final_queue[2:0];
-            if (CARRY.final_kind == OUT_RESULT) {
-                meta.mcast_group = CARRY.group;
-            }
-        } else {
-            TO_WORD_PASS(CARRY.word_group + 1, CARRY.word_index + POOL)
+    action leave() {
+        CARRY.pass = PASS_FIRST;
+        CARRY.out_kind = CARRY.final_kind;
+        meta.drop = CARRY.final_drop[0:0];
+        meta.egress_port = CARRY.final_port[8:0];
+        meta.queue = CARRY.final_queue[2:0];
+    }
+
+    action leave_to_group() {
+        leave();
+        meta.mcast_group = CARRY.group;
+    }
+
+    action next_group() {
+        TO_WORD_PASS(CARRY.word_group + 1, CARRY.word_index + POOL)
+    }
+
+    @name(".ina_word_pass_outputs")
+    table word_pass_outputs {
+        key = {
+            CARRY.word_group: ternary @name("group");
+            CARRY.final_kind: ternary @name("final_kind");
         }
+        actions = { leave; leave_to_group; next_group; }
+        const default_action = next_group();
+        INA_CONST_TABLE_SIZE(4)
+        const entries = {
+            (WORD_GROUPS - 1, OUT_RESULT): leave_to_group();
+            (WORD_GROUPS - 1, _): leave();
+        }
+    }
+
+    apply {
+        word_pass_outputs.apply();
     }
 }
 
+#else
+/* K at most a pass's words: no word passes, and nothing of theirs left for the compiler to place */
+#define WORD_PASS false
+control WordPassStep(inout headers_t hdr, inout ina_meta_t meta) { apply { } }
+control WordPassOutput(inout headers_t hdr, inout ina_meta_t meta) { apply { } }
+#endif
 #endif

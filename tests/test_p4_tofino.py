@@ -107,9 +107,7 @@ def functional_warnings(stderr: str) -> list[str]:
 
 
 @needs_bf_p4c
-@pytest.mark.parametrize("words", [TOFINO_WORDS_PER_PASS, pytest.param(WORDS, marks=pytest.mark.xfail(
-    strict=True, reason="bf-p4c refuses the word passes as written: 'table ...words.step_22 is applied in multiple "
-    "places' (docs/p4.md, \"Word passes\"); strict, so this fails once K = 64 fits"))])
+@pytest.mark.parametrize("words", [TOFINO_WORDS_PER_PASS, WORDS])
 def test_bf_p4c_fits_the_tna_program_in_one_pass_and_over_word_passes_for_4096_slots(words, tmp_path):
     from ina.p4.build import build
 
