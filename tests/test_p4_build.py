@@ -3,7 +3,6 @@ without a compiler the command says where it looked and what to install."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,10 +25,10 @@ def test_a_missing_compiler_is_named_with_where_ina_looked(monkeypatch, tmp_path
     assert done.returncode == 2 and "ina p4 build: p4c not found" in done.stderr
 
 
-@pytest.mark.parametrize("target, words", [("bmv2", 64), ("tofino", 23)])
-def test_without_words_each_target_is_built_for_its_default(target, words, monkeypatch):
+@pytest.mark.parametrize("target", ["bmv2", "tofino"])
+def test_without_words_each_target_is_built_for_the_protocol_s_64(target, monkeypatch):
+    from ina.cli import build_parser
     from ina.p4 import build as p4build
-    from ina.p4.cli import run_build
 
     asked: list = []
 
@@ -38,8 +37,9 @@ def test_without_words_each_target_is_built_for_its_default(target, words, monke
         raise BuildError("recorded, not built")
 
     monkeypatch.setattr(p4build, "build", record)
-    assert run_build(argparse.Namespace(target=target, words=None, pool=4096, out=None, word_group=None)) == 2
-    assert asked == [((words, 4096, target, None), {"word_group": None})]
+    args = build_parser().parse_args(["p4", "build", "--target", target, "--pool", "4096"])
+    assert args.run(args) == 2
+    assert asked == [((64, 4096, target, None), {"word_group": None})]
 
 
 def test_sizes_the_program_cannot_take_fail_before_compiling():

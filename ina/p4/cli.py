@@ -21,9 +21,9 @@ def register(subcommands: Any) -> None:
         "for tofino tofino.bin, context.json, bfrt.json and the P4Info, and the compiler's resource summary "
         "(bf-p4c, found on PATH or at $INA_BF_P4C)."))  # fmt: skip
     compile_.add_argument("--target", choices=p4build.TARGETS, default="bmv2", help="P4 target (default %(default)s)")
-    compile_.add_argument("--words", type=int, help="32-bit payload words per packet K (default: 64 on bmv2, on tofino "
-                          f"{p4build.TOFINO_WORDS_PER_PASS}, the most one pass steps; at most {p4build.MAX_WORDS['tofino']} "
-                          "there, over word passes)")
+    compile_.add_argument("--words", type=int, default=p4build.DEFAULT_WORDS, help="32-bit payload words per packet K "
+                          f"(default %(default)s; on tofino at most {p4build.MAX_WORDS['tofino']}: "
+                          f"{p4build.TOFINO_WORDS_PER_PASS} a pass, the rest over word passes)")
     compile_.add_argument("--pool", type=int, default=64, help="aggregator slots P, a power of two (default %(default)s)")
     compile_.add_argument("--word-group", type=int, help="the words one pass steps; a larger K takes a word pass for "
                           f"each further group (default: all K on bmv2, {p4build.TOFINO_WORDS_PER_PASS} on tofino). On bmv2 "
@@ -36,8 +36,7 @@ def run_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     try:
-        words = args.words if args.words is not None else p4build.DEFAULT_WORDS[args.target]
-        result = p4build.build(words, args.pool, args.target, Path(args.out) if args.out else None, word_group=args.word_group)
+        result = p4build.build(args.words, args.pool, args.target, Path(args.out) if args.out else None, word_group=args.word_group)
     except (ValueError, ToolMissing, p4build.BuildError) as error:
         print(f"ina p4 build: {error}", file=sys.stderr)
         return 2
