@@ -53,13 +53,8 @@ def fit(words: int, pool: int, timeout: float) -> Fit:
     seconds = time.perf_counter() - start
     assert done.tofino is not None
     rows = resources.stage_usage(json.loads(done.tofino.resources.read_text()))
-    totals = {column: sum(row[column] for row in rows) for column in resources.COLUMNS[1:]}
-    phv_file = done.tofino.resources.with_name("phv.json")
-    phv = ""
-    if phv_file.exists():
-        usage = resources.phv_usage(json.loads(phv_file.read_text()))
-        phv = ", ".join(f"{used}/{total}x{width}b" for width, (used, total) in usage.items())
-    return Fit(words, pool, seconds, len(rows), totals, phv)
+    phv = ", ".join(f"{used}/{total}x{width}b" for width, (used, total) in resources.phv_beside(done.tofino.resources).items())
+    return Fit(words, pool, seconds, len(rows), resources.totals(rows), phv)
 
 
 def table(fits: list[Fit]) -> str:

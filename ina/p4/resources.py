@@ -44,15 +44,25 @@ def phv_usage(phv: dict[str, Any]) -> dict[int, tuple[int, int]]:
     return {width: (used.get(width, 0), total[width]) for width in sorted(total)}
 
 
+def totals(rows: list[dict[str, int]]) -> dict[str, int]:
+    """Each resource of `stage_usage` summed over the stages."""
+    return {column: sum(row[column] for row in rows) for column in COLUMNS[1:]}
+
+
+def phv_beside(path: Path) -> dict[int, tuple[int, int]]:
+    """`phv_usage` of the phv.json bf-p4c writes beside its resources.json `path` ({} where it did not)."""
+    phv_file = path.with_name("phv.json")
+    return phv_usage(json.loads(phv_file.read_text())) if phv_file.exists() else {}
+
+
 def summary(path: Path) -> str:
     """A printable table of `stage_usage`, with the totals and what a stage has."""
     rows = stage_usage(json.loads(path.read_text()))
     lines = ["  ".join(f"{c:>13}" for c in COLUMNS)]
     lines += ["  ".join(f"{row[c]:>13}" for c in COLUMNS) for row in rows]
-    lines.append("  ".join([f"{'total':>13}"] + [f"{sum(row[c] for row in rows):>13}" for c in COLUMNS[1:]]))
+    lines.append("  ".join([f"{'total':>13}"] + [f"{total:>13}" for total in totals(rows).values()]))
     lines.append("  ".join([f"{'per stage':>13}"] + [f"{TOFINO1_STAGE[c]:>13}" for c in COLUMNS[1:]]))
-    phv_file = path.with_name("phv.json")
-    if phv_file.exists():
-        phv = phv_usage(json.loads(phv_file.read_text()))
+    phv = phv_beside(path)
+    if phv:
         lines.append("PHV containers used: " + ", ".join(f"{used}/{total} of {width} bits" for width, (used, total) in phv.items()))
     return f"bf-p4c resources ({path}): {len(rows)} MAU stages used\n" + "\n".join(lines)
