@@ -113,6 +113,15 @@ class Rig:
                         slot=self.slot(job, seq), lane_bits=32 if op_max else spec.lane_bits, bitmap=spec.full_bitmap)  # fmt: skip
         return header.pack(np.array(values, dtype=np.uint32))
 
+    def returned(self, job: int, seq: int, values: list[int], *, op_max: bool = False, hold: bool = True,
+                 bitmap: int | None = None) -> Datagram:
+        """The RESULT of a completed chunk as its PS returns it to the switch under atp (flagged HOLD)."""
+        spec = self.specs[job]
+        flags = (Flag.MAX if op_max else Flag.NONE) | (Flag.HOLD if hold else Flag.NONE)
+        header = Header(Kind.RESULT, job=job, seq=seq % 2**32, flags=flags, slot=self.slot(job, seq),
+                        lane_bits=32 if op_max else spec.lane_bits, bitmap=spec.full_bitmap if bitmap is None else bitmap)  # fmt: skip
+        return Datagram(header.pack(np.array(values, dtype=np.uint32)), ps_addr(job))
+
     def partial(self, job: int, seq: int, bitmap: int, values: list[int], prio: int = 0, *, op_max: bool = False) -> bytes:
         """The exact PARTIAL bytes for a slot holding `bitmap` of chunk (job, seq)."""
         header = Header(Kind.PARTIAL, job=job, seq=seq % 2**32, flags=Flag.MAX if op_max else Flag.NONE, priority=prio,

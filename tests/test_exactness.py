@@ -38,7 +38,7 @@ def cluster(*, policy: str = "esa", pool: int = 4, drop: float = 0.0, duplicate:
     )
 
 
-@pytest.mark.parametrize("policy", ["esa", "atp"])
+@pytest.mark.parametrize("policy", ["esa", "fcfs", "atp"])
 @pytest.mark.parametrize("drop", [0.0, 0.01, 0.1])
 def test_three_jobs_contending_for_four_slots_get_exact_sums(policy, drop):
     net = cluster(policy=policy, drop=drop, duplicate=0.02, reorder=0.05, seed=int(drop * 100))
@@ -112,7 +112,7 @@ jobs = st.lists(
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     jobs=jobs,
-    policy=st.sampled_from(["esa", "atp"]),
+    policy=st.sampled_from(["esa", "fcfs", "atp"]),
     pool=st.sampled_from([1, 2, 4, 8]),
     drop=st.sampled_from([0.0, 0.01, 0.1, 0.2]),
     duplicate=st.sampled_from([0.0, 0.05]),

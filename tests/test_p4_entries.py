@@ -93,7 +93,7 @@ def jobs() -> list[JobSpec]:
 
 
 @needs_p4c
-@pytest.mark.parametrize("policy", ["esa", "atp", "static"])
+@pytest.mark.parametrize("policy", ["esa", "fcfs", "static"])
 def test_both_targets_are_given_the_same_entries_for_every_registration_and_removal(policy, tmp_path):
     from ina.p4.bmv2_device import Bmv2Device
     from ina.p4.build import build

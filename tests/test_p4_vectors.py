@@ -1,7 +1,7 @@
 """The P4 switch on BMv2 against the shared test vectors: every vector in tests/vectors/, replayed
 through real BMv2 compiled with that vector's P and K, must give exactly the reference's output
 packets (bytes and destinations, in order per destination), counters and slot state. And BMv2's own
-egress queues: strict priority under esa, one FIFO under atp (docs/protocol.md, "Egress queues")."""
+egress queues: strict priority under esa, one FIFO under fcfs (docs/protocol.md, "Egress queues")."""
 
 from __future__ import annotations
 
@@ -138,10 +138,10 @@ def logical(slots: list[dict]) -> list[dict]:
     return meaning
 
 
-@pytest.mark.parametrize("policy", ["esa", "atp"])
+@pytest.mark.parametrize("policy", ["esa", "fcfs"])
 def test_bmv2_serves_its_egress_queue_by_priority_under_esa_only(policy, port, switch_for):
     """A slow port (50 packets/s) with a backlog of 30 priority-0 RESENDs forwarded to the PS: a
-    priority-63 RESEND sent after them leaves among the first under esa, last under atp."""
+    priority-63 RESEND sent after them leaves among the first under esa, last under fcfs."""
     switch = switch_for(SwitchConfig(pool=8, words=4, policy=policy))
     _, wire = port
     host_mac = interface_mac(port[0].host_side)
@@ -160,7 +160,7 @@ def test_bmv2_serves_its_egress_queue_by_priority_under_esa_only(policy, port, s
 
 
 @pytest.mark.parametrize("words, word_group", [(4, 0), (6, 2)], ids=["one-pass", "word-passes"])
-@pytest.mark.parametrize("policy", ["esa", "atp"])
+@pytest.mark.parametrize("policy", ["esa", "fcfs"])
 def test_bmv2_first_packets_of_a_chunk_sent_at_once_all_aggregate(policy, words, word_group, port, switch_for):
     """Every worker's first packet of a chunk, sent back to back to a slot another job's key left:
     each can find it free on its first pass and take the claim pass, where the first claims it and

@@ -2,7 +2,7 @@
 packets (bytes, destinations, order), slot registers and counters; as `Datagram`s or as
 `Frames` scattered over a receive buffer. Checked on random
 traffic from several jobs sharing a small pool: resends, duplicates, priorities, both
-operations, FLUSH requests, garbage, idle sweeps."""
+operations, FLUSH requests, returned RESULTs (atp), garbage, idle sweeps."""
 
 import numpy as np
 import pytest
@@ -37,6 +37,8 @@ def packet(draw, rig: Rig) -> Datagram:
     choice = draw(st.integers(0, 9))
     if choice == 0:
         return rig.flush(job, seq, op_max=draw(st.booleans()))
+    if choice == 2:  # a RESULT its PS returns (atp; elsewhere unexpected)
+        return rig.returned(job, seq, draw(words), op_max=draw(st.booleans()), hold=draw(st.integers(0, 5)) > 0)
     if choice == 1:
         garbage = draw(st.binary(max_size=40))
         return Datagram(garbage, draw(st.sampled_from([worker_addr(job, 0), ("127.0.0.1", 1)])))
@@ -55,7 +57,7 @@ def chunk_burst(draw, rig: Rig) -> list[Datagram]:
 
 @st.composite
 def traffic(draw):
-    policy = draw(st.sampled_from(["esa", "atp"]))
+    policy = draw(st.sampled_from(["esa", "fcfs", "atp"]))
     template = make_rig(policy)
     pieces = draw(st.lists(st.one_of(packet(template).map(lambda p: [p]), chunk_burst(template)), min_size=1, max_size=14))
     packets = [p for piece in pieces for p in piece]

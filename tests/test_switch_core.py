@@ -130,7 +130,7 @@ def test_seq_comparisons_wrap_at_2_to_the_32(rig):
 def two_jobs(path):
     """Jobs 1 and 2 sharing one slot (pool 1): every chunk of one meets every chunk of the other."""
     rigs = {}
-    for policy in ("esa", "atp"):
+    for policy in ("esa", "fcfs"):
         r = Rig(pool=1, words=4, policy=policy, path=path)
         r.register(job_spec(1, workers=2, window=1))
         r.register(job_spec(2, workers=2, window=1, priority_cap=6))
@@ -158,11 +158,11 @@ def test_the_priority_cap_limits_preemption(two_jobs):
     assert counts(rig, "collision", "preempted") == {"collision": 1, "preempted": 0}
 
 
-@pytest.mark.parametrize("policy", ["esa", "atp"])
+@pytest.mark.parametrize("policy", ["esa", "fcfs"])
 def test_a_collision_forwards_to_the_ps_and_the_chunk_keeps_following_there(two_jobs, policy):
     rig = two_jobs[policy]
     rig.send(rig.data(1, 0, 3, prio=5))
-    first = rig.data(2, 0, 7, prio=5 if policy == "esa" else 6)  # esa: equal priority; atp: never preempts
+    first = rig.data(2, 0, 7, prio=5 if policy == "esa" else 6)  # esa: equal priority; fcfs: never preempts
     assert [(o.addr, o.data) for o in rig.send(first)] == [(ps_addr(2), first.data)]
     assert rig.slot_state(2, 7)["redirect"] == key(2, 7) and rig.slot_state(2, 7)["key"] == key(1, 3)
     rig.send(rig.data(1, 1, 3))  # job 1 completes: the slot is free again
@@ -307,5 +307,5 @@ def test_bad_configuration_is_refused_with_what_to_change(config, message):
 
 
 def test_config_reports_the_deployment(rig):
-    assert rig.core.config() == {"pool": 8, "words": 4, "policy": "esa", "slot_timeout": 1.0}
+    assert rig.core.config() == {"pool": 8, "words": 4, "policy": "esa", "slot_timeout": 1.0, "queues": "priority"}
     assert rig.core.role == "switch"

@@ -47,11 +47,14 @@ NEAR = {"kind": range(9), "flags": range(4), "job": range(6), "rank": range(4), 
 
 @st.composite
 def valid(draw, rig: Rig) -> Datagram:
-    """A DATA or FLUSH a registered worker or PS could send."""
+    """A DATA, FLUSH or returned RESULT (atp) a registered worker or PS could send."""
     job = draw(st.sampled_from(sorted(JOBS)))
     seq = draw(seqs)
-    if draw(st.integers(0, 7)) == 0:
+    kind = draw(st.integers(0, 11))
+    if kind == 0:
         return rig.flush(job, seq, op_max=draw(st.booleans()))
+    if kind == 1:
+        return rig.returned(job, seq, draw(short), op_max=draw(st.booleans()))
     return rig.data(job, draw(st.integers(0, JOBS[job] - 1)), seq, draw(short), resend=draw(st.booleans()),
                     prio=draw(st.integers(0, 255)), op_max=draw(st.integers(0, 4)) == 0)  # fmt: skip
 
@@ -111,7 +114,7 @@ def burst(draw, rig: Rig) -> list[Datagram]:
 
 @st.composite
 def traffic(draw):
-    policy = draw(st.sampled_from(["esa", "esa", "atp", "static"]))
+    policy = draw(st.sampled_from(["esa", "esa", "fcfs", "atp", "static"]))
     template = make_rig(policy, "python")
     single = st.one_of(valid(template), hostile(template), hostile(template)).map(lambda p: [p])
     pieces = draw(st.lists(st.one_of(single, single, burst(template)), min_size=3, max_size=24))

@@ -142,14 +142,14 @@ def test_the_cli_refuses_a_bad_configuration_at_start(args, message):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_the_cli_serves_until_a_signal_then_stops_cleanly(signum, path):
     process = subprocess.Popen([sys.executable, "-m", "ina.switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
-                                "--pool", "16", "--policy", "atp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                "--pool", "16", "--policy", "fcfs", "--queues", "fifo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=path_environment(path))  # fmt: skip
     try:
         banner = process.stdout.readline()
-        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy atp, "
+        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy fcfs, queues fifo, "
                           rf"packets {path}$", banner)
         assert match, banner
-        assert ControlClient("127.0.0.1", int(match.group(2))).config()["policy"] == "atp"
+        assert ControlClient("127.0.0.1", int(match.group(2))).config()["policy"] == "fcfs"
         process.send_signal(signum)
         out, err = process.communicate(timeout=10)
     finally:
@@ -165,8 +165,8 @@ def test_the_subcommand_plugs_into_a_parent_cli():
 
     parser = argparse.ArgumentParser(prog="ina")
     switches.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["switch", "--pool", "8", "--policy", "atp", "--drop", "0.01", "--fault-seed", "3"])
-    assert (args.command, args.target, args.pool, args.policy, args.drop, args.fault_seed) == ("switch", "software", 8, "atp", 0.01, 3)
+    args = parser.parse_args(["switch", "--pool", "8", "--policy", "fcfs", "--drop", "0.01", "--fault-seed", "3"])
+    assert (args.command, args.target, args.pool, args.policy, args.drop, args.fault_seed) == ("switch", "software", 8, "fcfs", 0.01, 3)
     assert args.run(parser.parse_args(["switch", "--pool", "12"])) == 2  # refused before binding anything
     assert args.run(parser.parse_args(["switch", "--target", "tofino", "--drop", "0.1"])) == 2
 

@@ -26,7 +26,7 @@ def test_partitions_are_disjoint_aligned_powers_of_two_and_a_full_pool_says_what
     assert [e.to_json()["span"] for e in table.entries.values()] == [8, 4, 1, 2]
 
 
-@pytest.mark.parametrize("policy", ["esa", "atp"])
+@pytest.mark.parametrize("policy", ["esa", "fcfs"])
 def test_a_shared_pool_gives_a_window_a_partition_while_one_is_free_and_else_the_whole_pool(policy):
     table = Jobs(16, policy)
     placed = [(e.slot_base, e.span, e.slots) for e in (table.add(spec(job, window=w)) for job, w in [(1, 5), (2, 4), (3, 3)])]

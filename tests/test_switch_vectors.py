@@ -24,7 +24,7 @@ def _addr(text: str) -> tuple[str, int]:
 
 def test_the_vectors_cover_every_scenario_the_spec_names():
     names = {json.loads(f.read_text())["name"] for f in FILES}
-    assert {"claim_complete", "duplicate", "resend_flush", "collision_redirect", "esa_preemption", "atp_collision",
+    assert {"claim_complete", "duplicate", "resend_flush", "collision_redirect", "esa_preemption", "fcfs_collision",
             "stale", "flush", "drops", "max", "sweep"} <= names  # fmt: skip
 
 

@@ -1,6 +1,7 @@
 """The testbed's egress queues (docs/protocol.md, "Egress queues"): on a shaped link, an ina packet of a higher
 priority leaves before a backlog of lower ones, a DATA of the lowest priority before a backlog of RESULT copies,
-and with the queues taken away the link is one FIFO again.
+a RESULT flagged HOLD (atp: a step waits for it) before RESULT copies too, and with the queues taken away the
+link is one FIFO again.
 Two network namespaces joined by a veth pair, shaped as Mininet's TCLink shapes it; needs root, ip and tc."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import uuid
 
 import pytest
 
-from ina.protocol.constants import Kind
+from ina.protocol.constants import Flag, Kind
 from ina.testbed.network import fifo_commands, priority_queue_commands
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"),
@@ -30,7 +31,7 @@ order = []
 try:
     while len(order) < int(sys.argv[1]):
         data = s.recv(2048)
-        order.append(f"{data[2]}:{data[7]}")
+        order.append(f"{data[2]}:{data[7]}:{data[3]}")
 except socket.timeout:
     pass
 print(" ".join(map(str, order)), flush=True)
@@ -39,10 +40,10 @@ SEND = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for packet in sys.argv[1:]:
-    kind, priority = map(int, packet.split(":"))
-    s.sendto(bytes([0xA7, 1, kind, 0, 0, 1, 0, priority]) + bytes(392), ("10.9.0.2", 47101))
+    kind, priority, flags = map(int, packet.split(":"))
+    s.sendto(bytes([0xA7, 1, kind, flags, 0, 1, 0, priority]) + bytes(392), ("10.9.0.2", 47101))
 """
-DATA, RESULT = int(Kind.DATA), int(Kind.RESULT)
+DATA, RESULT, HOLD = int(Kind.DATA), int(Kind.RESULT), int(Flag.HOLD)
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def link():
 
 
 def arrival_order(namespaces: tuple[str, str], low: str, high: str) -> list[str]:
-    """The datagrams ("kind:priority") in the order they arrive: LOW of `low` sent first, then HIGH of `high`."""
+    """The datagrams ("kind:priority:flags") in the order they arrive: LOW of `low` sent first, then HIGH of `high`."""
     a, b = namespaces
     receiver = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-c", RECEIVE, str(LOW + HIGH)], stdout=subprocess.PIPE, text=True)
     assert receiver.stdout.readline().strip() == "ready"
@@ -77,8 +78,10 @@ def arrival_order(namespaces: tuple[str, str], low: str, high: str) -> list[str]
     return order
 
 
-@pytest.mark.parametrize("low, high", [(f"{DATA}:0", f"{DATA}:60"), (f"{RESULT}:0", f"{DATA}:0")],
-                         ids=["a DATA of priority 60 passes DATA of 0", "a DATA of priority 0 passes RESULT copies"])  # fmt: skip
+@pytest.mark.parametrize("low, high", [(f"{DATA}:0:0", f"{DATA}:60:0"), (f"{RESULT}:0:0", f"{DATA}:0:0"),
+                                      (f"{RESULT}:0:0", f"{RESULT}:0:{HOLD}")],
+                         ids=["a DATA of priority 60 passes DATA of 0", "a DATA of priority 0 passes RESULT copies",
+                              "a held RESULT (atp) passes RESULT copies"])  # fmt: skip
 def test_the_later_packets_leave_before_a_backlog_and_without_the_queues_wait_behind_it(link, low, high):
     shell, namespaces = link
     shell(priority_queue_commands("DEV", 1))

@@ -37,7 +37,7 @@ def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as
     assert (run.link.bw, run.ps_host_link.bw, run.ps_host_link.loss) == (0.0, 20.0, 1.0) and run.lossy
     assert (run.jobs[0].start, run.jobs[0].compute, run.jobs[1].start, run.jobs[1].compute) == (2.5, 0.01, 0.0, 0.0)
     plain = spec.parse({"jobs": [{}]})
-    assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.priority_queues
+    assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.queues == "priority"
     assert plain.switch.max_pps == 0 and spec.parse({"jobs": [{}], "switch": {"max_pps": 9000}}).switch.max_pps == 9000.0
 
 
@@ -73,7 +73,8 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{"compute": "fast"}]}, "jobs[0].compute: expected a number"),
         ({"jobs": [{}], "topology": {"ps_link": {"bw": -5}}}, "topology.ps_link.bw: -5.0"),
         ({"jobs": [{}], "topology": {"ps_link": {"speed": 5}}}, "topology.ps_link: unknown field(s) ['speed']"),
-        ({"jobs": [{}], "switch": {"priority_queues": 1}}, "switch.priority_queues: expected true or false"),
+        ({"jobs": [{}], "switch": {"priority_queues": True}}, "switch.priority_queues: replaced by switch.queues"),
+            ({"jobs": [{}], "switch": {"queues": "wfq"}}, "switch.queues"),
         ({"jobs": [{}], "switch": {"max_pps": -1}}, "switch.max_pps: -1.0: must be between 0"),
         ({"jobs": [{}], "switch": {"max_pps": 9000, "target": "bmv2"}}, "switch.max_pps: caps the software switch's packet rate"),
         ({"jobs": [{"steps": True}]}, "jobs[0].steps: expected an integer"),

@@ -33,10 +33,11 @@ def _die_with_parent() -> None:
 
 class Bmv2Process:
     """simple_switch_grpc on `interfaces` (BMv2 port -> Linux interface), serving P4Runtime on
-    127.0.0.1:`grpc_port` and Thrift on `thrift_port`; its output goes to `log`."""
+    127.0.0.1:`grpc_port` and Thrift on `thrift_port`, each port with EGRESS_QUEUES priority queues (or one
+    FIFO); its output goes to `log`."""
 
     def __init__(self, interfaces: Mapping[int, str], grpc_port: int = 0, thrift_port: int = 0,
-                 log: Path | None = None, start_timeout: float = 20.0) -> None:  # fmt: skip
+                 log: Path | None = None, start_timeout: float = 20.0, priority_queues: bool = True) -> None:  # fmt: skip
         binary = toolchain.require("simple_switch_grpc")
         self.grpc_port = grpc_port or free_port()
         self.thrift_port = thrift_port or free_port()
@@ -44,8 +45,9 @@ class Bmv2Process:
         command = [binary, "--no-p4", "--device-id", "0", "--thrift-port", str(self.thrift_port)]
         for port, interface in sorted(interfaces.items()):
             command += ["-i", f"{port}@{interface}"]
-        command += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}", "--cpu-port", str(CPU_PORT),
-                    "--priority-queues", str(EGRESS_QUEUES)]  # fmt: skip
+        command += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}", "--cpu-port", str(CPU_PORT)]
+        if priority_queues:
+            command += ["--priority-queues", str(EGRESS_QUEUES)]
         with self.log.open("wb") as output:
             # its own session: a signal to the controller's process group (Ctrl-C, a testbed's stop)
             # must not kill BMv2 before the controller has read its final counters; it still dies

@@ -40,12 +40,12 @@ class Bmv2Device:
         self.program: Build | None = None
 
     @classmethod
-    def start(cls, interfaces: Mapping[int, str], log: Path | None = None) -> Bmv2Device:
-        """Start simple_switch_grpc on `interfaces` (port -> Linux interface) and connect to it; the
-        device stops it on `close()`."""
+    def start(cls, interfaces: Mapping[int, str], log: Path | None = None, priority_queues: bool = True) -> Bmv2Device:
+        """Start simple_switch_grpc on `interfaces` (port -> Linux interface), its ports' egress queues by priority
+        or one FIFO each, and connect to it; the device stops it on `close()`."""
         if not interfaces:
             raise ValueError("the BMv2 switch needs ports: give --interface PORT@IFACE for each")
-        bmv2 = Bmv2Process(interfaces, log=log)
+        bmv2 = Bmv2Process(interfaces, log=log, priority_queues=priority_queues)
         opened: list = [bmv2]
         try:
             opened.append(P4RuntimeClient(bmv2.grpc_address))

@@ -100,7 +100,7 @@ class P4Switch:
             counts = {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
             counts |= {name: read("outcomes", i) for i, name in enumerate(OUTCOMES)}
             counts |= {name: read("events", i) for i, name in enumerate(EVENTS)}
-        return {name: counts[name] for name in COUNTERS}
+        return {name: counts.get(name, 0) for name in COUNTERS}  # a P4 program holds no result (atp's releases: 0)
 
     def waiting(self) -> Waiting:
         """The partials in the slot registers (a slot holds one while some worker is missing), for the watch."""

@@ -37,6 +37,9 @@ def build(args: argparse.Namespace) -> Any:
     from ina.p4.server import P4SwitchServer  # the 'p4' extra: imported only for these targets
 
     config, access = switch_config(args), access_from_args(args)
+    if config.policy == "atp":
+        raise ValueError("--policy atp: the P4 programs implement esa, fcfs and static; ATP's deallocation (a slot held "
+                         "until the PS returns its RESULT) runs on the software switch (--target software)")
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
     routes = [Route.parse(text) for text in args.route]
     open_device = _bmv2(args) if args.target == "bmv2" else _tofino(args, routes)
@@ -56,7 +59,8 @@ def _bmv2(args: argparse.Namespace) -> Any:
         if not port.isdigit() or not name:
             raise ValueError(f"--interface {text!r}: expected PORT@IFACE, e.g. 1@veth1")
         interfaces[int(port)] = name
-    return lambda: Bmv2Device.start(interfaces, log=Path(args.bmv2_log) if args.bmv2_log else None)
+    log = Path(args.bmv2_log) if args.bmv2_log else None
+    return lambda: Bmv2Device.start(interfaces, log=log, priority_queues=args.queues == "priority")
 
 
 def _tofino(args: argparse.Namespace, routes: list) -> Any:
@@ -76,4 +80,4 @@ def _tofino(args: argparse.Namespace, routes: list) -> Any:
 def describe(server: Any) -> str:
     """The start-up line's tail: the target and the settings."""
     config = server.switch.settings
-    return f"{server.device.target}, pool {config.pool}, words {config.words}, policy {config.policy}"
+    return f"{server.device.target}, pool {config.pool}, words {config.words}, policy {config.policy}, queues {config.queues}"

@@ -13,11 +13,13 @@ LANE_WIDTHS = (8, 16, 32)
 MAX_INDEX_BITS = 8
 KIND_OFFSET = 2
 """The header byte that holds a packet's kind."""
+FLAGS_OFFSET = 3
+"""The header byte that holds a packet's flags."""
 PRIORITY_OFFSET = 7
 """The header byte that holds a packet's priority."""
 EGRESS_QUEUES = 8
-"""Strict-priority egress queues of a switch under esa (section 5, "Egress queues"): a DATA or PARTIAL in
-queue min(priority >> 3, 6) + 1, every other packet in queue 0."""
+"""Strict-priority egress queues of a switch with `queues: priority` (section 5, "Egress queues"): a DATA or PARTIAL
+in queue min(priority >> 3, 6) + 1, a RESULT flagged HOLD in queue 1, every other packet in queue 0."""
 
 
 class Kind(IntEnum):
@@ -34,6 +36,7 @@ class Flag(IntFlag):
     NONE = 0
     RESEND = 0x01
     MAX = 0x02
+    HOLD = 0x04  # a RESULT the switch holds its slot for until the PS returns it (policy atp)
 
 
-KNOWN_FLAGS = int(Flag.RESEND | Flag.MAX)
+KNOWN_FLAGS = int(Flag.RESEND | Flag.MAX | Flag.HOLD)

@@ -23,9 +23,9 @@
 /* The counters, in the order of ina.ps.core.COUNTERS. */
 #define PS_COUNTERS(X)                                                                                                   \
     X(rx) X(tx) X(rx_data) X(rx_partial) X(rx_result) X(pieces) X(completed) X(results_replayed) X(result_copies)       \
-    X(status_sent) X(flush_sent) X(fetch_sent) X(fetched) X(malformed) X(unexpected) X(unregistered) X(bad_format)      \
-    X(bad_bitmap) X(mismatch) X(duplicate) X(late) X(stale) X(unsolicited) X(overloaded) X(expired) X(retired)         \
-    X(superseded)
+    X(results_returned) X(status_sent) X(flush_sent) X(fetch_sent) X(fetched) X(malformed) X(unexpected)               \
+    X(unregistered) X(bad_format) X(bad_bitmap) X(mismatch) X(duplicate) X(late) X(stale) X(unsolicited) X(overloaded) \
+    X(expired) X(retired) X(superseded)
 #define PS_ENUM(name) C_##name,
 #define PS_NAME(name) #name,
 enum { PS_COUNTERS(PS_ENUM) C_COUNT };
@@ -714,6 +714,10 @@ static void on_result(PS *ps, job *j, const ina_header *h, const uint8_t *data, 
             return;
         }
         observe(j, h->seq);
+        if (h->flags & INA_FLAG_HOLD) { /* atp: the switch holds the slot until this comes back, stored before or not */
+            send_copy(ps, tx, j->sw, data, (uint32_t)length);
+            ps->counts[C_results_returned]++;
+        }
         if (!store(ps, j, h, data, length, tx)) {
             ps->counts[C_duplicate]++;
             return;

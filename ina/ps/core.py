@@ -26,13 +26,14 @@ from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
 _RESEND = int(Flag.RESEND)
+_HOLD = int(Flag.HOLD)
 
 FLUSH_CAP = 1.0
 """Longest wait between two FLUSH requests for one chunk, seconds (section 6)."""
 
 COUNTERS = (
     "rx", "tx", "rx_data", "rx_partial", "rx_result",
-    "pieces", "completed", "results_replayed", "result_copies", "status_sent", "flush_sent",
+    "pieces", "completed", "results_replayed", "result_copies", "results_returned", "status_sent", "flush_sent",
     "fetch_sent", "fetched",
     # drops, by reason
     "malformed", "unexpected", "unregistered", "bad_format", "bad_bitmap", "mismatch",
@@ -260,6 +261,9 @@ class ParameterServer:
                 self._counts["bad_bitmap"] += 1
                 return
             job.observe(f.seq)
+            if f.flags & _HOLD:  # atp: the switch holds the slot until this comes back, stored before or not
+                out.append(Datagram(bytes(datagram.data), job.switch))
+                self._counts["results_returned"] += 1
             if not self._store(job, f, datagram, out):
                 self._counts["duplicate"] += 1
                 return

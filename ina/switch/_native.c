@@ -20,7 +20,7 @@
     X(CLAIMED, "claimed") X(AGGREGATED, "aggregated") X(COMPLETED, "completed") X(PREEMPTED, "preempted")             \
     X(COLLISION, "collision") X(REDIRECTED, "redirected") X(RESEND_FORWARDED, "resend_forwarded")                     \
     X(STRAGGLER, "straggler") X(FLUSHED, "flushed") X(STALE, "stale") X(FLUSH_REQUESTS, "flush_requests")             \
-    X(FLUSH_HITS, "flush_hits") X(SWEPT, "swept")
+    X(FLUSH_HITS, "flush_hits") X(RELEASES, "releases") X(RELEASE_HITS, "release_hits") X(SWEPT, "swept")
 
 #define X(id, name) C_##id,
 enum { COUNTER_NAMES C_COUNT };
@@ -34,7 +34,7 @@ static const char *const counter_names[] = {COUNTER_NAMES};
  * another job's chunk and went to the PS. */
 enum { J_COMPLETED, J_PREEMPTING, J_PREEMPTED, J_COLLISIONS, J_COUNT };
 
-enum { POLICY_ESA = 0, POLICY_ATP = 1, POLICY_STATIC = 2 };
+enum { POLICY_ESA = 0, POLICY_FCFS = 1, POLICY_ATP = 2, POLICY_STATIC = 3 }; /* ina/switch/config.py POLICIES */
 
 /* A chunk key as ina/switch/state.py packs it: valid | op << 48 | job << 32 | seq; 0 is "none". */
 #define KEY_VALID ((uint64_t)1 << 49)
@@ -81,15 +81,15 @@ static void send_again(Switch *sw, ina_addr to, ina_tx *tx) {
     if (ina_tx_repeat(tx, to) == 0) sw->count[C_TX]++;
 }
 
-/* Slot s's chunk (`key`) as a RESULT to every worker of its job (its group once, or each) then its PS, or as
- * a PARTIAL (bitmap, sums, priority) to its PS. */
+/* Slot s's chunk (`key`) as a RESULT to every worker of its job (its group once, or each) then its PS (atp: to its
+ * PS alone, flagged HOLD), or as a PARTIAL (bitmap, sums, priority) to its PS. */
 static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_tx *tx) {
     int32_t r = sw->index[key_job(key)];
     if (r < 0) return; /* unreachable: deregistering a job forgets its slots (set_jobs) */
     const job_row *row = &sw->rows[r];
-    int op = key_op(key);
+    int op = key_op(key), hold = kind == INA_RESULT && sw->policy == POLICY_ATP;
     ina_header h = {
-        .kind = (uint8_t)kind, .flags = op ? INA_FLAG_MAX : 0, .rank = 0,
+        .kind = (uint8_t)kind, .flags = (uint8_t)((op ? INA_FLAG_MAX : 0) | (hold ? INA_FLAG_HOLD : 0)), .rank = 0,
         .priority = kind == INA_PARTIAL ? (uint8_t)sw->prio[s] : 0, .index_bits = 0,
         .lane_bits = (uint8_t)(op ? 32 : row->lane_bits), .job = key_job(key), .slot = (uint16_t)s,
         .seq = key_seq(key), .bitmap = sw->bitmap[s],
@@ -97,14 +97,25 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
     /* Written straight into the send queue, once: a RESULT is queued again for the other workers and the PS. */
     size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->chunk_words[s];
     int grouped = row->group.port != 0;
-    uint8_t *p = ina_tx_add(tx, kind != INA_RESULT ? row->ps : grouped ? row->group : row->workers[0], length);
+    uint8_t *p = ina_tx_add(tx, kind != INA_RESULT || hold ? row->ps : grouped ? row->group : row->workers[0], length);
     if (!p) return; /* out of memory: dropped uncounted */
     ina_write_header(p, &h);
     ina_store_words(p + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->chunk_words[s]);
     sw->count[C_TX]++;
-    if (kind != INA_RESULT) return;
+    if (kind != INA_RESULT || hold) return;
     for (uint32_t r = 1; r < row->fanin && !grouped; r++) send_again(sw, row->workers[r], tx);
     send_again(sw, row->ps, tx);
+}
+
+/* atp: a RESULT the PS returned, HOLD cleared, to every worker of its job (its group once, or each). */
+static void send_released(Switch *sw, const job_row *row, const uint8_t *data, size_t length, ina_tx *tx) {
+    int grouped = row->group.port != 0;
+    uint8_t *p = ina_tx_add(tx, grouped ? row->group : row->workers[0], length);
+    if (!p) return;
+    memcpy(p, data, length);
+    p[3] &= (uint8_t)~INA_FLAG_HOLD; /* the flags byte */
+    sw->count[C_TX]++;
+    for (uint32_t r = 1; r < row->fanin && !grouped; r++) send_again(sw, row->workers[r], tx);
 }
 
 /* The packet unchanged to its job's PS. */
@@ -139,7 +150,7 @@ static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int 
     sw->key[s] = key, sw->touched[s] = now;
     if (sw->bitmap[s] == row->full) {
         send_slot(sw, INA_RESULT, s, key, tx);
-        sw->key[s] = 0;
+        if (sw->policy != POLICY_ATP) sw->key[s] = 0; /* atp holds it until the PS returns the RESULT */
         sw->count[C_COMPLETED]++, sw->job_count[key_job(key)][J_COMPLETED]++;
     }
 }
@@ -211,8 +222,8 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
         sw->count[C_MALFORMED]++;
         return;
     }
-    int is_data = h.kind == INA_DATA;
-    if (!is_data && h.kind != INA_FLUSH) {
+    int is_data = h.kind == INA_DATA, is_release = h.kind == INA_RESULT && sw->policy == POLICY_ATP;
+    if (!is_data && h.kind != INA_FLUSH && !is_release) {
         sw->count[C_UNEXPECTED]++;
         return;
     }
@@ -231,9 +242,19 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
         sw->count[C_BAD_FORMAT]++;
         return;
     }
+    if (is_release && (!(h.flags & INA_FLAG_HOLD) || h.bitmap != row->full)) {
+        sw->count[C_BAD_FORMAT]++;
+        return;
+    }
     uint64_t key = make_key(h.job, h.seq, op);
     if (is_data) {
         data_packet(sw, row, &h, key, data, length, now, tx);
+        return;
+    }
+    if (is_release) { /* a held result back from the PS: free its slot, and on to the workers */
+        sw->count[C_RELEASES]++;
+        if (sw->key[h.slot] == key && sw->bitmap[h.slot] == row->full) sw->key[h.slot] = 0, sw->count[C_RELEASE_HITS]++;
+        send_released(sw, row, data, length, tx);
         return;
     }
     sw->count[C_FLUSH_REQUESTS]++; /* FLUSH from the job's PS */
@@ -280,7 +301,7 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
     }
     if (pool < 1 || pool > 1 << 16 || (pool & (pool - 1)) || words < 1 || words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 ||
         policy > POLICY_STATIC || !(slot_timeout > 0) || messages < 1) {
-        PyErr_SetString(PyExc_ValueError, "pool must be a power of two <= 65536, words fit a datagram, policy 0..2, "
+        PyErr_SetString(PyExc_ValueError, "pool must be a power of two <= 65536, words fit a datagram, policy 0..3, "
                                           "slot_timeout > 0, messages >= 1");
         return -1;
     }
@@ -488,7 +509,7 @@ static PyMethodDef Switch_methods[] = {
 
 static PyTypeObject SwitchType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ina.switch._native.Switch",
-    .tp_doc = "Switch(pool, words, policy, slot_timeout, messages=64): the switch's data plane (0 esa, 1 atp, 2 static)",
+    .tp_doc = "Switch(pool, words, policy, slot_timeout, messages=64): the switch's data plane (0 esa, 1 fcfs, 2 atp, 3 static)",
     .tp_basicsize = sizeof(Switch),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

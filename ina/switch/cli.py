@@ -10,7 +10,7 @@ from typing import Sequence
 from ina.net.service import access_from_args, add_access_options, add_registry_options, registry_from_args, run_service
 from ina.net.udp import parse_address
 from ina.protocol import DEFAULT_SWITCH_CONTROL_PORT, INA_PORT
-from ina.switch.config import POLICIES, SwitchConfig
+from ina.switch.config import POLICIES, QUEUES, SwitchConfig
 from ina.switch.server import Faults, SwitchServer
 
 DESCRIPTION = "Run the ina software switch: in-network aggregation over UDP, with a JSON/HTTP control API."
@@ -41,7 +41,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pool", type=int, default=64, help="aggregator slots P, a power of two (default %(default)s)")
     parser.add_argument("--words", type=int, default=64, help="32-bit payload words per packet K (default %(default)s)")
     parser.add_argument("--policy", choices=POLICIES, default="esa",
-                        help="pool policy: esa (preemptive, by priority), atp (first come), static (a fixed partition per job) (default %(default)s)")
+                        help="pool policy: esa (preemptive, by priority), fcfs (first come, freed at completion), atp (first come, held "
+                             "until the PS returns the result), static (a fixed partition per job) (default %(default)s)")
+    parser.add_argument("--queues", choices=QUEUES, default="priority",
+                        help="egress queues: priority (a DATA or PARTIAL by its priority, RESULTs apart) or fifo (one a port); "
+                             "the software switch's are its host's interfaces' (testbed/README.md) (default %(default)s)")
     parser.add_argument("--slot-timeout", type=float, default=1.0, help="seconds before an idle partial is flushed to its PS (default %(default)s)")
     add_access_options(parser)
     add_registry_options(parser)
@@ -49,7 +53,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 def switch_config(args: argparse.Namespace) -> SwitchConfig:
     """The switch settings the options give; ValueError says which to change."""
-    return SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout)
+    return SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout,
+                        queues=args.queues)
 
 
 def build(args: argparse.Namespace) -> SwitchServer:
@@ -66,7 +71,7 @@ def describe(server: SwitchServer) -> str:
     """The start-up line's tail: the settings, and which packet path runs."""
     config = server.core.settings
     paced = f", at most {server.max_pps:g} packets/s" if server.max_pps else ""
-    return f"pool {config.pool}, words {config.words}, policy {config.policy}, packets {server.path}{paced}"
+    return f"pool {config.pool}, words {config.words}, policy {config.policy}, queues {config.queues}, packets {server.path}{paced}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,9 +28,10 @@ from ina.control.watch import Waiting
 from ina.net.frames import Frames
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Kind
+from ina.protocol.constants import FLAGS_OFFSET
 from ina.protocol.header import valid_mask
 from ina.switch.config import SwitchConfig
-from ina.switch.state import Jobs, Slots, key_job, key_op, key_seq, make_keys
+from ina.switch.state import Jobs, Slots, TargetSet, key_job, key_op, key_seq, make_keys, target_set
 from ina.switch.wire import Batch, decode, encode
 
 DROPS = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format", "duplicate")
@@ -47,18 +48,22 @@ EVENTS = (
     "stale",
     "flush_requests",
     "flush_hits",  # a FLUSH found its chunk in the slot: partial flushed
+    "releases",  # atp: a RESULT the PS returned, sent on to the job's workers
+    "release_hits",  # ... that found its held result in the slot: slot freed
     "swept",
 )
 COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
 JOB_COUNTERS = ("completed", "preempting", "preempted", "collisions")
 """Per job: chunks it completed in the switch, slots its packets took from other jobs, slots other
 jobs took from it, and its packets that met another job's chunk and went to the PS."""
-OUTCOMES = (*DROPS, "redirected", "flushed", "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests")
+OUTCOMES = (*DROPS, "redirected", "flushed", "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests",
+            "releases")
 """Every received packet is counted under exactly one of these: they sum to rx_packets
-(stale and preempted packets also claim; completed, flush_hits and swept are further events)."""
+(stale and preempted packets also claim; completed, flush_hits, release_hits and swept are further events)."""
 
 # Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
-_DATA, _FLUSH, _MAX, _RESEND = int(Kind.DATA), int(Kind.FLUSH), int(Flag.MAX), int(Flag.RESEND)
+_DATA, _FLUSH, _RESULT = int(Kind.DATA), int(Kind.FLUSH), int(Kind.RESULT)
+_MAX, _RESEND, _HOLD = int(Flag.MAX), int(Flag.RESEND), int(Flag.HOLD)
 
 
 
@@ -96,7 +101,8 @@ class _Packets:
     """The accepted DATA and FLUSH packets of a batch, one array entry per packet."""
 
     index: np.ndarray  # position in the batch
-    data: np.ndarray  # DATA (else FLUSH)
+    data: np.ndarray  # DATA (else FLUSH, or a release)
+    release: np.ndarray  # a RESULT with HOLD returned by the PS (atp)
     resend: np.ndarray
     job: np.ndarray  # job table row
     seq: np.ndarray
@@ -126,6 +132,7 @@ class SwitchCore:
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._job_counts = np.zeros((1 << 16, len(JOB_COUNTERS)), dtype=np.int64)
         self._lock = threading.Lock()
+        self._hold = config.policy == "atp"  # a completed slot waits for the PS to return its RESULT
 
     # -- control plane -------------------------------------------------------------------
 
@@ -216,7 +223,8 @@ class SwitchCore:
         self._count("malformed", ~ok)
         kind = head["kind"]
         data = kind == _DATA
-        wanted = data | (kind == _FLUSH)
+        release = (kind == _RESULT) & self._hold
+        wanted = data | (kind == _FLUSH) | release
         self._count("unexpected", ok & ~wanted)
         ok &= wanted
 
@@ -238,6 +246,7 @@ class SwitchCore:
         op = (flags & _MAX) != 0
         lanes = np.where(op, 32, table.lane_bits[safe])
         formatted = ~data | ((head["index_bits"] == 0) & (head["lane_bits"] == lanes))
+        formatted &= ~release | (((flags & _HOLD) != 0) & (head["bitmap"] == table.full[safe]))
         self._count("bad_format", ok & ~formatted)
         ok &= formatted
 
@@ -245,6 +254,7 @@ class SwitchCore:
         return _Packets(
             index=i,
             data=data[i],
+            release=release[i],
             resend=(flags[i] & _RESEND) != 0,
             job=row[i],
             seq=seq[i],
@@ -317,12 +327,13 @@ class SwitchCore:
         # a one-worker chunk completes wherever it goes: evicting a victim for it would gain nothing
         preempt = other_job & first & (self.settings.policy == "esa") & (p.prio > prio) & (self.table.fanin[p.job] > 1)
         collision = other_job & first & ~preempt
-        flush = ~p.data
+        flush = ~p.data & ~p.release
         flush_hit = flush & (key == p.key)
+        release_hit = p.release & (key == p.key) & (held == self.table.full[p.job])
 
         evict = resend_flush | stale | preempt | flush_hit
         out.add(p.index[evict], *self._partials(s[evict], key[evict]))
-        slots.key[s[resend_flush | flush_hit]] = 0
+        slots.key[s[resend_flush | flush_hit | release_hit]] = 0
         to_self = resend_flush | flush | collision
         slots.redirect[s[to_self]] = p.key[to_self]
         slots.redirect[s[preempt]] = key[preempt]
@@ -335,7 +346,11 @@ class SwitchCore:
 
         forward = redirected | (free & p.resend) | (same_job & ~stale) | (other_job & p.resend) | collision
         sent = p.index[forward]
-        out.add(sent, batch.raw[sent], batch.lengths[sent], 2 * p.job[forward] + 1)  # unchanged, to the job's PS
+        out.add(sent, batch.raw[sent], batch.lengths[sent], target_set(p.job[forward], TargetSet.PS))  # unchanged, to the job's PS
+        returned = p.index[p.release]
+        results = batch.raw[returned].copy()
+        results[:, FLAGS_OFFSET] &= ~np.uint8(_HOLD)
+        out.add(returned, results, batch.lengths[returned], target_set(p.job[p.release], TargetSet.WORKERS))
 
         self._count_jobs("preempting", p.key[preempt])
         self._count_jobs("preempted", key[preempt])
@@ -344,6 +359,7 @@ class SwitchCore:
             ("redirected", redirected), ("bad_format", misfit), ("duplicate", duplicate), ("flushed", resend_flush),
             ("aggregated", add), ("claimed", claim), ("stale", stale), ("preempted", preempt),
             ("collision", collision), ("flush_requests", flush), ("flush_hits", flush_hit),
+            ("releases", p.release), ("release_hits", release_hit),
             ("resend_forwarded", p.resend & (free | same_job | other_job)),
             ("straggler", same_job & first & ~stale),
         ):  # fmt: skip
@@ -368,11 +384,13 @@ class SwitchCore:
         slots.touched[s] = now
 
     def _complete(self, s: np.ndarray, job: np.ndarray, index: np.ndarray, out: _Out) -> None:
-        """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free."""
+        """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free; under atp the
+        RESULT goes to the PS alone, flagged HOLD, and the slot stays held until the PS returns it."""
         done = self.slots.bitmap[s] == self.table.full[job]
         out.add(index[done], *self._results(s[done]))
         self._count_jobs("completed", self.slots.key[s[done]])
-        self.slots.key[s[done]] = 0
+        if not self._hold:
+            self.slots.key[s[done]] = 0
         self._count("completed", done)
 
     def _partials(self, s: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -381,21 +399,22 @@ class SwitchCore:
         return self._chunks(Kind.PARTIAL, s, key, slots.prio[s], slots.bitmap[s])
 
     def _results(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """RESULTs of completed slots `s`, each for every worker of the job, then its PS."""
+        """RESULTs of completed slots `s`, each for every worker of the job, then its PS (atp: flagged HOLD, the PS alone)."""
         slots = self.slots
-        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s])
+        return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s], hold=self._hold)
 
-    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray,
-                bitmap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray,
+                hold: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """Encoded packets for slots `s`, their lengths (the words of each slot's chunk) and their target sets
-        (a job's RESULT set, or its PS)."""
+        (a job's RESULT set, or its PS: a PARTIAL, or a RESULT flagged `hold`)."""
         table = self.table
         job = key_job(key)
         row = table.index[job]
         op = key_op(key)
         lanes = np.where(op, 32, table.lane_bits[row])
-        rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s])
-        return rows, HEADER_LEN + 4 * self.slots.words[s], 2 * row + (kind == Kind.PARTIAL)
+        rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s], hold=hold)
+        to_ps = kind == Kind.PARTIAL or hold
+        return rows, HEADER_LEN + 4 * self.slots.words[s], target_set(row, TargetSet.PS if to_ps else TargetSet.RESULT)
 
 
 def waiting_in(key: np.ndarray, bitmap: np.ndarray) -> Waiting:

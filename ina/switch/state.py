@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,22 @@ class JobEntry:
         if self.owner is not None:
             extra |= {"owner": self.owner, "slots": self.slots}
         return self.spec.to_json() | extra
+
+
+class TargetSet(IntEnum):
+    """The addresses a switch's output packet goes to, one set of each kind per job row: set `SETS * row + kind`."""
+
+    RESULT = 0  # every worker (its RESULT group, else each) and the PS
+    PS = 1
+    WORKERS = 2  # every worker alone: a held result the PS returned (atp)
+
+
+SETS = len(TargetSet)
+
+
+def target_set(row: Any, kind: TargetSet) -> Any:
+    """The index of job row(s) `row`'s target set `kind` in `Jobs.set_*`."""
+    return SETS * row + int(kind)
 
 
 class Jobs:
@@ -236,7 +253,7 @@ class Jobs:
         self.lane_bits = np.zeros(count, dtype=np.int64)
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
         self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
-        members: list[list[int]] = []  # target set 2r: job row r's RESULT (its group or workers by rank, then the PS); 2r + 1: its PS
+        members: list[list[int]] = []  # job row r's target sets, by TargetSet: its RESULT's (the group or the workers, then the PS), ...
         for i, entry in enumerate(entries):
             spec = entry.spec
             assert spec.ps is not None
@@ -250,7 +267,7 @@ class Jobs:
             self.ps_id[i] = self.address_ids[spec.ps.addr]
             self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
             receivers = [self.address_ids[spec.group.addr]] if spec.group else self.worker_id[i, : spec.fanin].tolist()
-            members += [[*receivers, int(self.ps_id[i])], [int(self.ps_id[i])]]
+            members += [[*receivers, int(self.ps_id[i])], [int(self.ps_id[i])], receivers]
         self.set_size = np.array([len(m) for m in members] or [0], dtype=np.int64)
         self.set_start = np.cumsum(self.set_size) - self.set_size
         self.set_members = np.array([a for m in members for a in m], dtype=np.int64)

@@ -47,11 +47,12 @@ def encode(
     lane_bits: np.ndarray,
     bitmap: np.ndarray,
     values: np.ndarray,
+    hold: bool = False,
 ) -> np.ndarray:
-    """RESULT or PARTIAL packets (rank 0, index_bits 0, RESEND clear) as rows of a uint8 matrix, one per row of
-    `values` (K words: a short chunk's packet is the row's first bytes)."""
+    """RESULT or PARTIAL packets (rank 0, index_bits 0, RESEND clear; HOLD where `hold`) as rows of a uint8 matrix,
+    one per row of `values` (K words: a short chunk's packet is the row's first bytes)."""
     head = new_headers(values.shape[0])
-    head["kind"], head["flags"] = int(kind), np.where(op, int(Flag.MAX), 0)
+    head["kind"], head["flags"] = int(kind), np.where(op, int(Flag.MAX), 0) | (int(Flag.HOLD) if hold else 0)
     head["job"], head["seq"], head["priority"], head["slot"] = job, seq, priority, slot
     head["lane_bits"], head["bitmap"] = lane_bits, bitmap
     return packet_rows(head, values)

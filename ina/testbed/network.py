@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ina.net.impair import chain_name, egress_rules
-from ina.protocol.constants import EGRESS_QUEUES, KIND_OFFSET, MAGIC, PRIORITY_OFFSET, Kind
+from ina.protocol.constants import EGRESS_QUEUES, FLAGS_OFFSET, KIND_OFFSET, MAGIC, PRIORITY_OFFSET, Flag, Kind
 from ina.testbed.spec import Link as LinkSpec
 from ina.testbed.spec import Run
 
@@ -307,8 +307,8 @@ class Network:
 def priority_queue_commands(device: str, mbit: float) -> str:
     """Shell commands: TCLink's HTB class 5:1 (the link's rate) split into EGRESS_QUEUES classes that borrow its
     rate in priority order (HTB's `prio`; each is guaranteed a token 8 kbit/s, so the order is all but strict), each
-    ina DATA or PARTIAL in the class of its header's queue (min(priority >> 3, 6) + 1), anything else in queue 0's.
-    This kernel has HTB and u32 but not the prio qdisc."""
+    ina DATA or PARTIAL in the class of its header's queue (min(priority >> 3, 6) + 1), a RESULT flagged HOLD (atp: a
+    step waits for it) in queue 1's, anything else in queue 0's. This kernel has HTB and u32 but not the prio qdisc."""
     ours = f"match u8 0x45 0xff at 0 match u8 17 0xff at 9 match u8 {MAGIC:#x} 0xff at {UDP_PAYLOAD}"
     lines = [fifo_commands(device)]
     for queue in range(EGRESS_QUEUES):
@@ -321,6 +321,8 @@ def priority_queue_commands(device: str, mbit: float) -> str:
         for value, mask in matches:
             lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} match u8 {kind:#x} 0xff at {UDP_PAYLOAD + KIND_OFFSET} "
                          f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
+    lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} match u8 {Kind.RESULT:#x} 0xff at {UDP_PAYLOAD + KIND_OFFSET} "
+                 f"match u8 {Flag.HOLD:#x} {Flag.HOLD:#x} at {UDP_PAYLOAD + FLAGS_OFFSET} flowid {_queue_class(1)}")  # fmt: skip
     lines.append(f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}")
     return " && ".join(lines)
 

@@ -61,9 +61,9 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
         created = {"tag": network.tag, "nodes": [n.name for n in network.net.hosts], "interfaces": network.interface_names(),
                    "shell_pids": network.shell_pids(), "namespaces": network.namespaces()}  # fmt: skip
         _record(out, created, processes)  # now and at each start, in case this process is killed outright
+        network.prioritize(run.switch.queues == "priority")  # every round alike: the policies differ in nothing else
         for policy in rounds:
             folder = out / policy
-            network.prioritize(policy == "esa" and run.switch.priority_queues)
             services = _Services(run, network, processes, folder, policy, deadline) if aggregated else None
             recorder = _record_metrics(run, network, processes, folder) if aggregated else None
             for phase, jobs in enumerate(run.phases):

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ina.switch.config import POLICIES, QUEUES
+
 HOOKS = ("fp32", "fp16", "powersgd", "thc")
 """fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; thc: ina's hook."""
 TRANSPORTS = ("collective", "switch", "ps")
 TARGETS = ("software", "bmv2")
-POLICIES = ("esa", "atp", "static")
-"""static: SwitchML's fixed partitions; a job's window is cut to its share of the pool (`static_window`)."""
 DATASETS = ("digits",)
 MAX_HOSTS = 200
 
@@ -50,7 +50,7 @@ class Switch:
     words: int = 64
     policies: tuple[str, ...] = ("esa",)  # the jobs run once per policy, the switch and PS restarted
     slot_timeout: float = 1.0
-    priority_queues: bool = True  # under esa, the switch's ports serve packets by priority (docs/protocol.md, "Egress queues")
+    queues: str = "priority"  # every round's egress queues: "priority" or "fifo" (docs/protocol.md, "Egress queues")
     max_pps: float = 0.0  # the software switch serves at most this many packets a second (0: no cap): a switch as slow as BMv2
 
 
@@ -241,13 +241,15 @@ def _switch(fields: _Fields) -> Switch:
     if not policies or len(set(policies)) != len(policies) or any(p not in POLICIES for p in policies):
         raise SpecError(f"switch.policy: {policy!r}: give one of {list(POLICIES)} or a list of distinct ones")
     slot_timeout = fields.take("slot_timeout", float, Switch.slot_timeout, check=_between(0.001, 60))
-    priority_queues = fields.take("priority_queues", bool, Switch.priority_queues)
+    if "priority_queues" in fields.left:
+        raise SpecError("switch.priority_queues: replaced by switch.queues (priority or fifo), which every policy's round gets alike")
+    queues = fields.take("queues", str, Switch.queues, check=_one_of(QUEUES))
     max_pps = fields.take("max_pps", float, Switch.max_pps, check=_between(0, 1e9))
     if max_pps and target != "software":
         raise SpecError(f"switch.max_pps: caps the software switch's packet rate; leave it out for target {target}")
     fields.done()
     return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout,
-                  priority_queues=priority_queues, max_pps=max_pps)
+                  queues=queues, max_pps=max_pps)
 
 
 def _job(fields: _Fields, index: int) -> Job:

@@ -120,9 +120,9 @@ def preemption(r: Recorder) -> None:
     r.job(1, workers=2, window=4)
     r.job(2, workers=2, window=2, priority_cap=5)  # pool 4: both windows start at slot 0
     r.send(r.rig.data(1, 0, 0, [1, 2, 3, 4], prio=1), "job 1 claims slot 0 with priority 1")
-    r.send(r.rig.data(2, 0, 4, [9, 9, 9, 9], prio=7), "job 2, priority 7 capped at 5 > 1: esa preempts (job 1's PARTIAL to its PS); atp collides")
-    r.send(r.rig.data(1, 1, 0, [4, 3, 2, 1]), "esa: job 1's late packet follows its partial; atp: job 1 completes")
-    r.send(r.rig.data(2, 1, 4, [1, 1, 1, 1]), "esa: job 2 completes in the switch; atp: job 2's packet follows its chunk to the PS")
+    r.send(r.rig.data(2, 0, 4, [9, 9, 9, 9], prio=7), "job 2, priority 7 capped at 5 > 1: esa preempts (job 1's PARTIAL to its PS); fcfs collides")
+    r.send(r.rig.data(1, 1, 0, [4, 3, 2, 1]), "esa: job 1's late packet follows its partial; fcfs: job 1 completes")
+    r.send(r.rig.data(2, 1, 4, [1, 1, 1, 1]), "esa: job 2 completes in the switch; fcfs: job 2's packet follows its chunk to the PS")
 
 
 def stale_and_straggler(r: Recorder) -> None:
@@ -220,7 +220,7 @@ SCENARIOS: dict[str, Scenario] = {  # name: (steps, description, switch options,
                            {"collision": 1, "redirected": 1, "completed": 1, "resend_forwarded": 1}),
     "esa_preemption": (preemption, "ESA: a higher (capped) priority preempts; the victim's packets follow its partial.",
                        {"pool": 4}, {"preempted": 1, "redirected": 1, "completed": 1}),
-    "atp_collision": (preemption, "The preemption scenario under atp: a collision instead.", {"pool": 4, "policy": "atp"},
+    "fcfs_collision": (preemption, "The preemption scenario under fcfs: a collision instead.", {"pool": 4, "policy": "fcfs"},
                       {"preempted": 0, "collision": 1, "redirected": 1, "completed": 1}),
     "stale": (stale_and_straggler, "Stale replacement within a job, an old straggler, a RESEND of another chunk.", {},
               {"stale": 1, "straggler": 1, "resend_forwarded": 1}),
