@@ -116,6 +116,21 @@ def test_overriding_the_target_with_bmv2_drops_the_software_switchs_cap_and_says
     assert "switch.max_pps caps only the software switch; running without it" in capsys.readouterr().err
 
 
+def test_the_policy_queues_and_seed_of_a_run_file_can_be_overridden_for_repeated_runs(tmp_path, capsys, monkeypatch):
+    from ina.cli import main
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("jobs: [{workers: 2, seed: 4}, {workers: 2}]\nswitch: {policy: [esa, static], queues: priority}\n")
+    checked = []
+    monkeypatch.setattr("ina.testbed.network.why_not", lambda plan: checked.append(plan) or "stopped here by the test")
+    assert main(["testbed", str(run_file), "--policy", "fcfs,atp", "--queues", "fifo", "--seed", "7"]) == 2
+    assert (checked[0].switch.policies, checked[0].switch.queues) == (("fcfs", "atp"), "fifo")
+    assert [job.seed for job in checked[0].jobs] == [7, 7]
+    assert main(["testbed", str(run_file), "--policy", "esa,lru"]) == 2
+    assert "switch.policy: ['esa', 'lru']: give one of ['esa', 'fcfs', 'atp', 'static']" in capsys.readouterr().err
+    assert spec.overridden(spec.load(run_file)) == spec.load(run_file)
+
+
 def test_registering_the_subcommand_imports_neither_torch_nor_mininet():
     import subprocess
     import sys

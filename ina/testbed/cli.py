@@ -22,6 +22,9 @@ def register(subcommands: Any) -> None:
     parser.add_argument("run_file", metavar="RUN.yaml", help="the run: topology, links, switch, jobs (testbed/README.md)")
     parser.add_argument("--out", help="results folder (default testbed-results/NAME-UTCTIME)")
     parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
+    parser.add_argument("--policy", help="override the run file's switch.policy: one policy, or several separated by commas")
+    parser.add_argument("--queues", choices=("priority", "fifo"), help="override the run file's switch.queues")
+    parser.add_argument("--seed", type=int, help="override every job's seed (repeated runs of one run file)")
     parser.add_argument("--check", action="store_true", help="validate the run file and the machine, run nothing")
     parser.set_defaults(run=run)
 
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         plan = spec.load(args.run_file)
+        plan = spec.overridden(plan, policy=args.policy, queues=args.queues, seed=args.seed)
         if args.target:
             max_pps = plan.switch.max_pps if args.target == "software" else 0.0
             if max_pps != plan.switch.max_pps:

@@ -12,7 +12,7 @@ before it touches the network, and the workers get their job as JSON.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -203,6 +203,18 @@ def _link(fields: _Fields, default: Link) -> Link:
     )
     fields.done()
     return link
+
+
+def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, seed: Optional[int] = None) -> Run:
+    """`run` with the switch's policies (comma-separated), its queues or every job's seed replaced where given,
+    checked as the run file's fields are."""
+    switch = {"policy": policy.split(",") if policy else list(run.switch.policies), "queues": queues or run.switch.queues}
+    checked = _switch(_Fields({"target": run.switch.target, "pool": run.switch.pool, "words": run.switch.words,
+                               "slot_timeout": run.switch.slot_timeout, "max_pps": run.switch.max_pps, **switch}, "switch"))  # fmt: skip
+    jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
+    if seed is not None and not 0 <= seed <= 2**31 - 1:
+        raise SpecError(f"--seed {seed}: must be between 0 and {2**31 - 1}")
+    return replace(run, switch=checked, jobs=jobs)
 
 
 def static_window(job: Job, run: Run) -> int:
