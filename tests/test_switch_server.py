@@ -107,6 +107,23 @@ def test_a_packet_rate_cap_paces_what_the_switch_sends(path):
         ps.close()
 
 
+def test_a_latency_holds_every_packet_the_switch_sends(path):
+    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK, path=path, latency=0.05) as server:
+        server.start()
+        worker, ps = bound(), bound()
+        spec = JobSpec(job=1, workers=(Endpoint(*worker.getsockname()),), window=4, ps=Endpoint(*ps.getsockname()))
+        base = ControlClient(*server.control_address).register(spec)["slot_base"]
+        for seq in range(4):
+            sent = time.monotonic()
+            worker.sendto(data(1, 0, seq, (base + seq) % 8, [seq, 0, 0, 0]), server.address)
+            assert parse(worker.recvfrom(2048)[0], 4)[0].seq == seq
+            assert time.monotonic() - sent >= 0.05  # held 50 ms, however fast the machine
+            assert parse(ps.recvfrom(2048)[0], 4)[0].seq == seq  # the PS's copy too
+        assert server.config()["latency_ms"] == 50
+        worker.close()
+        ps.close()
+
+
 def test_a_taken_port_is_refused_with_what_to_change():
     taken = bound()
     with pytest.raises(ValueError, match=r"--listen 127\.0\.0\.1:\d+: cannot bind .* choose another --listen"):

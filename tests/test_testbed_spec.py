@@ -76,7 +76,9 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{}], "switch": {"priority_queues": True}}, "switch.priority_queues: replaced by switch.queues"),
             ({"jobs": [{}], "switch": {"queues": "wfq"}}, "switch.queues"),
         ({"jobs": [{}], "switch": {"max_pps": -1}}, "switch.max_pps: -1.0: must be between 0"),
-        ({"jobs": [{}], "switch": {"max_pps": 9000, "target": "bmv2"}}, "switch.max_pps: caps the software switch's packet rate"),
+        ({"jobs": [{}], "switch": {"max_pps": 9000, "target": "bmv2"}}, "switch.max_pps: a setting of the software switch alone"),
+        ({"jobs": [{}], "switch": {"latency": 2, "target": "bmv2"}}, "switch.latency: a setting of the software switch alone"),
+        ({"jobs": [{}], "switch": {"latency": -1}}, "switch.latency: -1.0: must be between 0"),
         ({"jobs": [{"steps": True}]}, "jobs[0].steps: expected an integer"),
     ],
 )
@@ -104,16 +106,17 @@ def test_the_cli_refuses_a_bad_run_file_before_touching_anything(tmp_path, capsy
     assert "jobs[0].hook: 'nope'" in capsys.readouterr().err
 
 
-def test_overriding_the_target_with_bmv2_drops_the_software_switchs_cap_and_says_so(tmp_path, capsys, monkeypatch):
+def test_overriding_the_target_with_bmv2_drops_the_software_switchs_cap_and_latency_and_says_so(tmp_path, capsys, monkeypatch):
     from ina.cli import main
 
     run_file = tmp_path / "run.yaml"
-    run_file.write_text("jobs: [{workers: 2}]\nswitch: {max_pps: 9000}\n")
+    run_file.write_text("jobs: [{workers: 2}]\nswitch: {max_pps: 9000, latency: 1.5}\n")
     checked = []
     monkeypatch.setattr("ina.testbed.network.why_not", lambda plan: checked.append(plan) or "stopped here by the test")
     assert main(["testbed", str(run_file), "--target", "bmv2"]) == 2
-    assert (checked[0].switch.target, checked[0].switch.max_pps) == ("bmv2", 0.0)
-    assert "switch.max_pps caps only the software switch; running without it" in capsys.readouterr().err
+    assert (checked[0].switch.target, checked[0].switch.max_pps, checked[0].switch.latency) == ("bmv2", 0.0, 0.0)
+    err = capsys.readouterr().err
+    assert "switch.max_pps is the software switch's alone; running without it" in err and "switch.latency is" in err
 
 
 def test_the_policy_queues_and_seed_of_a_run_file_can_be_overridden_for_repeated_runs(tmp_path, capsys, monkeypatch):

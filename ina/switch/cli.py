@@ -31,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-pps", type=float, default=0.0,
                         help="serve at most this many packets a second, to study a switch as slow as BMv2 with the "
                              "reference (docs/switch.md); 0: as fast as it can (default)")
+    parser.add_argument("--latency", type=float, default=0.0,
+                        help="milliseconds every packet the switch sends is held, a longer path where the kernel cannot "
+                             "delay links (docs/switch.md); 0: none (default)")
     return parser
 
 
@@ -64,13 +67,14 @@ def build(args: argparse.Namespace) -> SwitchServer:
     faults.injectors()  # validates the rates
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
     return SwitchServer(config, listen, control, faults, batch=args.batch, access=access, registry=registry_from_args(args),
-                        max_pps=args.max_pps)
+                        max_pps=args.max_pps, latency=args.latency / 1e3)
 
 
 def describe(server: SwitchServer) -> str:
     """The start-up line's tail: the settings, and which packet path runs."""
     config = server.core.settings
     paced = f", at most {server.max_pps:g} packets/s" if server.max_pps else ""
+    paced += f", {server.latency * 1e3:g} ms latency" if server.latency else ""
     return f"pool {config.pool}, words {config.words}, policy {config.policy}, queues {config.queues}, packets {server.path}{paced}"
 
 

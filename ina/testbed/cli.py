@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+SOFTWARE_ONLY = ("max_pps", "latency")
+"""Run file settings of the software switch alone, dropped when --target names another."""
 DESCRIPTION = ("Run the jobs of a run file (testbed/*.yaml) on an emulated network (Mininet, no Open vSwitch): worker hosts, "
                "a PS host and a switch node (software or BMv2) on shaped links. Needs root. Writes CSV, JSON and PNG results.")  # fmt: skip
 
@@ -45,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
         plan = spec.load(args.run_file)
         plan = spec.overridden(plan, policy=args.policy, queues=args.queues, seed=args.seed)
         if args.target:
-            max_pps = plan.switch.max_pps if args.target == "software" else 0.0
-            if max_pps != plan.switch.max_pps:
-                print(f"ina testbed: --target {args.target}: switch.max_pps caps only the software switch; running without it",
+            dropped = [name for name in SOFTWARE_ONLY if getattr(plan.switch, name) and args.target != "software"]
+            for name in dropped:
+                print(f"ina testbed: --target {args.target}: switch.{name} is the software switch's alone; running without it",
                       file=sys.stderr)  # fmt: skip
-            plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target, max_pps=max_pps))
+            plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target, **dict.fromkeys(dropped, 0.0)))
     except spec.SpecError as error:
         print(f"ina testbed: {error}", file=sys.stderr)
         return 2

@@ -130,6 +130,8 @@ class _Services:
                   "--slot-timeout", str(switch_spec.slot_timeout)]  # fmt: skip
         if switch_spec.max_pps:
             switch += ["--max-pps", str(switch_spec.max_pps)]
+        if switch_spec.latency:
+            switch += ["--latency", str(switch_spec.latency)]
         if network.bmv2:
             switch += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
             hosts = [*network.workers, network.ps]

@@ -52,6 +52,7 @@ class Switch:
     slot_timeout: float = 1.0
     queues: str = "priority"  # every round's egress queues: "priority" or "fifo" (docs/protocol.md, "Egress queues")
     max_pps: float = 0.0  # the software switch serves at most this many packets a second (0: no cap): a switch as slow as BMv2
+    latency: float = 0.0  # ms the software switch holds every packet it sends: a longer path, where the kernel cannot delay links
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = N
     """`run` with the switch's policies (comma-separated), its queues or every job's seed replaced where given,
     checked as the run file's fields are."""
     switch = {"policy": policy.split(",") if policy else list(run.switch.policies), "queues": queues or run.switch.queues}
-    checked = _switch(_Fields({"target": run.switch.target, "pool": run.switch.pool, "words": run.switch.words,
+    checked = _switch(_Fields({"target": run.switch.target, "pool": run.switch.pool, "words": run.switch.words, "latency": run.switch.latency,
                                "slot_timeout": run.switch.slot_timeout, "max_pps": run.switch.max_pps, **switch}, "switch"))  # fmt: skip
     jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
     if seed is not None and not 0 <= seed <= 2**31 - 1:
@@ -257,11 +258,13 @@ def _switch(fields: _Fields) -> Switch:
         raise SpecError("switch.priority_queues: replaced by switch.queues (priority or fifo), which every policy's round gets alike")
     queues = fields.take("queues", str, Switch.queues, check=_one_of(QUEUES))
     max_pps = fields.take("max_pps", float, Switch.max_pps, check=_between(0, 1e9))
-    if max_pps and target != "software":
-        raise SpecError(f"switch.max_pps: caps the software switch's packet rate; leave it out for target {target}")
+    latency = fields.take("latency", float, Switch.latency, check=_between(0, 1000))
+    for name, value in (("max_pps", max_pps), ("latency", latency)):
+        if value and target != "software":
+            raise SpecError(f"switch.{name}: a setting of the software switch alone; leave it out for target {target}")
     fields.done()
     return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout,
-                  queues=queues, max_pps=max_pps)
+                  queues=queues, max_pps=max_pps, latency=latency)
 
 
 def _job(fields: _Fields, index: int) -> Job:
