@@ -1,7 +1,7 @@
 """ESA's ablation on the testbed: pool policy (esa, fcfs, atp, static) x egress queues (priority, fifo), several seeds.
 
     sudo python -m benchmarks.esa_study [testbed/rack.yaml] [--seeds 0 1 2] [--queues priority fifo]
-                                        [--policy esa,fcfs,atp,static] [--target software|bmv2] [--out DIR]
+                                        [--policy esa,fcfs,atp,static] [--target software|bmv2] [--pool P] [--out DIR]
 
 Each (seed, queues) pair is one `ina testbed` run of the run file, whose rounds are the policies: every policy
 gets the same network, queues, windows, jobs and seed, so a row differs from another in its policy alone, and a
@@ -63,11 +63,12 @@ def rounds_of(results: dict[str, Any], seed: int, queues: str) -> list[Round]:
     return rounds
 
 
-def run_testbed(run_file: str, out: Path, seed: int, queues: str, policy: str, target: str | None) -> dict[str, Any]:
-    """One `ina testbed` run (its rounds: the policies); its results.json."""
+def run_testbed(run_file: str, out: Path, seed: int, queues: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One `ina testbed` run (its rounds: the policies) with the study's overrides; its results.json."""
     command = [sys.executable, "-m", "ina.cli", "testbed", run_file, "--out", str(out), "--seed", str(seed), "--queues", queues]
-    command += ["--policy", policy] if policy else []
-    command += ["--target", target] if target else []
+    for option in ("policy", "target", "pool"):
+        if getattr(args, option):
+            command += [f"--{option}", str(getattr(args, option))]
     print("$", " ".join(command[1:]), flush=True)
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,16 +116,17 @@ def main() -> None:
     parser.add_argument("--queues", nargs="+", choices=("priority", "fifo"), default=["priority", "fifo"])
     parser.add_argument("--policy", default="", help="the policies, comma-separated (default: the run file's)")
     parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
+    parser.add_argument("--pool", type=int, help="override the run file's switch.pool (larger than every window: no contention)")
     parser.add_argument("--out", help="results folder (default testbed-results/study-NAME-UTCTIME)")
     args = parser.parse_args()
-    plan = spec.overridden(spec.load(args.run_file), policy=args.policy or None)
+    plan = spec.overridden(spec.load(args.run_file), policy=args.policy or None, pool=args.pool)
     out = Path(args.out or f"testbed-results/study-{plan.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     rounds: list[Round] = []
     top = ""
     started = time.monotonic()
     for seed in args.seeds:
         for queues in args.queues:
-            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, args.policy, args.target)
+            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, args)
             top = top or top_job(plan, results)
             rounds += rounds_of(results, seed, queues)
     check_exact(rounds)

@@ -14,7 +14,7 @@ from ina.net.node import Address, Datagram
 from ina.protocol import Flag, Header, Kind, parse, result_words
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.native import NativeEngine, native_module
-from ina.transport.priority import FixedPriority, IntensityPriority
+from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority
 
 pytestmark = pytest.mark.skipif(native_module() is None, reason="ina.transport._native is not built")
 
@@ -40,9 +40,14 @@ def configs(draw) -> EngineConfig:
 
 def policies(draw) -> tuple:
     """Two equal policies, one per engine."""
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["fixed", "intensity", "las"]))
+    if kind == "fixed":
         level = draw(st.integers(0, 255))
         return FixedPriority(level), FixedPriority(level)
+    if kind == "las":
+        options = dict(top=draw(st.sampled_from([63, 255])), reference_bytes=draw(st.sampled_from([8.0, 4096.0])),
+                       age_step=draw(st.sampled_from([0.001, 0.05])))  # fmt: skip
+        return AttainedServicePriority(**options), AttainedServicePriority(**options)
     options = dict(reference_rate=draw(st.sampled_from([1.0, 1e3])), age_step=draw(st.sampled_from([0.001, 0.05])),
                    time_constant=0.1)  # fmt: skip
     return IntensityPriority(**options), IntensityPriority(**options)

@@ -11,7 +11,7 @@ from engine_paths import engine_paths
 from ina.net.node import Datagram
 from ina.protocol import Kind, parse
 from ina.transport.engine import Engine, EngineConfig
-from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
+from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, PriorityPolicy
 
 use_each_engine = engine_paths(__name__)
 
@@ -57,6 +57,17 @@ def test_waiting_chunks_age_one_level_per_step_up_to_the_cap():
     policy = IntensityPriority(age_step=0.01)
     assert [policy.priority(1.0, 1.0 + w) for w in (0.0, 0.0099, 0.01, 0.05)] == [0, 0, 1, 5]
     assert policy.priority(0.0, 1000.0) == 255
+
+
+def test_least_attained_service_ranks_the_job_that_has_reduced_less_higher_and_never_below_zero():
+    new, old = AttainedServicePriority(), AttainedServicePriority()
+    assert isinstance(new, PriorityPolicy) and new.base(0.0) == 63
+    old.observe(65536, 0.0)  # one reference's worth: one doubling, 8 levels down
+    assert old.base(0.0) == 55 and old.priority(0.0, 0.12) == 57  # two 50 ms steps of waiting: two up
+    old.observe(2**40, 1.0)
+    assert old.base(1.0) == 0 < new.base(1.0)
+    with pytest.raises(ValueError):
+        AttainedServicePriority(top=256)
 
 
 def test_the_engine_writes_the_policys_answer_at_send_time():

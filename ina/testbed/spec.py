@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ina.switch.config import POLICIES, QUEUES
+from ina.transport.priority import POLICIES as PRIORITY_POLICIES
 
 HOOKS = ("fp32", "fp16", "powersgd", "thc")
 """fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; thc: ina's hook."""
@@ -72,7 +73,8 @@ class Job:
     granularity: int = 0  # 0: THC's default for the bits
     warm_up: int = 5  # steps of plain allreduce before compression (thc's start_iter, powersgd's start iteration)
     rank: int = 1  # powersgd's matrix approximation rank
-    priority: Optional[int] = None  # switch transport: a fixed priority; None: ESA's intensity policy
+    priority: Optional[int] = None  # switch transport: a fixed priority; None: the end-host policy `priority_policy`
+    priority_policy: str = "intensity"  # intensity (ESA's: recent bytes a second) or las (least attained service)
     priority_cap: int = 255
     window: Optional[int] = None  # switch/ps transport: chunks in flight per worker
     min_rto: float = 0.02  # switch/ps transport: the least resend timeout (s); above the queueing a window causes
@@ -206,11 +208,13 @@ def _link(fields: _Fields, default: Link) -> Link:
     return link
 
 
-def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, seed: Optional[int] = None) -> Run:
-    """`run` with the switch's policies (comma-separated), its queues or every job's seed replaced where given,
-    checked as the run file's fields are."""
-    switch = {"policy": policy.split(",") if policy else list(run.switch.policies), "queues": queues or run.switch.queues}
-    checked = _switch(_Fields({"target": run.switch.target, "pool": run.switch.pool, "words": run.switch.words, "latency": run.switch.latency,
+def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, pool: Optional[int] = None,
+               seed: Optional[int] = None) -> Run:  # fmt: skip
+    """`run` with the switch's policies (comma-separated), its queues, its pool or every job's seed replaced where
+    given, checked as the run file's fields are."""
+    switch = {"policy": policy.split(",") if policy else list(run.switch.policies), "queues": queues or run.switch.queues,
+              "pool": pool or run.switch.pool}  # fmt: skip
+    checked = _switch(_Fields({"target": run.switch.target, "words": run.switch.words, "latency": run.switch.latency,
                                "slot_timeout": run.switch.slot_timeout, "max_pps": run.switch.max_pps, **switch}, "switch"))  # fmt: skip
     jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
     if seed is not None and not 0 <= seed <= 2**31 - 1:
@@ -292,6 +296,7 @@ def _job(fields: _Fields, index: int) -> Job:
         warm_up=fields.take("warm_up", int, Job.warm_up, check=_between(0, 10**6)),
         rank=fields.take("rank", int, Job.rank, check=_between(1, 1024)),
         priority=fields.take("priority", int, None, check=_between(0, 255)),
+        priority_policy=fields.take("priority_policy", str, Job.priority_policy, check=_one_of(tuple(PRIORITY_POLICIES))),
         priority_cap=fields.take("priority_cap", int, Job.priority_cap, check=_between(0, 255)),
         window=fields.take("window", int, None, check=_between(1, 65536)),
         min_rto=fields.take("min_rto", float, Job.min_rto, check=_between(0.001, 10)),
@@ -309,7 +314,7 @@ def _job(fields: _Fields, index: int) -> Job:
     if job.batch % job.workers:
         raise SpecError(f"{fields.where}.batch: {job.batch} is not divisible by its {job.workers} workers")
     if job.hook != "thc":
-        for option in ("transport", "priority", "window", "min_rto", "failover", "failback", "hierarchy"):
+        for option in ("transport", "priority", "priority_policy", "window", "min_rto", "failover", "failback", "hierarchy"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
     if job.hook == "powersgd" and job.warm_up < 2:

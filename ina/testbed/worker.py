@@ -62,14 +62,13 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
         return None
     from ina.hook import THCState, thc_hook
     from ina.transport import create_transport
-    from ina.transport.priority import FixedPriority
+    from ina.transport.priority import POLICIES, FixedPriority
 
     options: dict[str, Any] = {}
     if job.transport != "collective":
         options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
         options |= {"failover": job.failover, "failback": job.failback}
-        if job.priority is not None:
-            options["policy"] = FixedPriority(job.priority)
+        options["policy"] = FixedPriority(job.priority) if job.priority is not None else POLICIES[job.priority_policy]()
     transport = create_transport(job.transport, None, **options)
     granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
     state = THCState(bits=job.bits, granularity=granularity, start_iter=job.warm_up, transport=transport, seed=job.seed,

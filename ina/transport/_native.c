@@ -9,7 +9,7 @@
  * chunks), so the heap holds a few entries per round trip rather than one per chunk; the chunks
  * due are sorted by (deadline, seq) before anything is done with them, so resends go out in the
  * reference's order. The newest 2W RESULTs are kept to answer the
- * PS's FETCH. The priority policies IntensityPriority and FixedPriority are computed here with
+ * PS's FETCH. The priority policies FixedPriority, IntensityPriority and AttainedServicePriority are computed here with
  * the reference's arithmetic.
  *
  * Two ways to drive it (ina/transport/native.py): sans-IO (`receive`, `tick`, `next_deadline`,
@@ -90,9 +90,11 @@ typedef struct {
     /* RttEstimator */
     int sampled;
     double srtt, rttvar;
-    /* the priority policy: a fixed level, or IntensityPriority's state (level < 0) */
+    /* the priority policy: a fixed level, or (level < 0) trunc(offset + levels_per_doubling * log2(1 + x / reference))
+     * of x, the bytes a second decaying over time_constant (IntensityPriority), or with time_constant 0 the bytes
+     * attained (AttainedServicePriority: offset its top, levels_per_doubling negative) */
     int level;
-    double reference_rate, levels_per_doubling, time_constant, age_step, decaying_bytes, observed_at;
+    double reference_rate, levels_per_doubling, time_constant, age_step, decaying_bytes, observed_at, offset;
     /* the chunk stream, seqs unwrapped */
     uint64_t next_seq, next_send, oldest, next_handle, head_handle, unsent_handle;
     reduction *reductions; /* a ring: reduction `head_handle + i` at (head + i) % capacity */
@@ -137,6 +139,7 @@ static void sample_rtt(Engine *e, double rtt) {
 }
 
 static double decayed(const Engine *e, double now) {
+    if (e->time_constant <= 0) return e->decaying_bytes; /* attained: never decays */
     return e->decaying_bytes * exp(-py_max(now - e->observed_at, 0.0) / e->time_constant);
 }
 
@@ -149,8 +152,8 @@ static void observe(Engine *e, double nbytes, double now) {
 /* The policy's priority for a chunk queued at `queued_at`, sent at `now`, clamped to 0..255. */
 static uint8_t priority(const Engine *e, double queued_at, double now) {
     if (e->level >= 0) return (uint8_t)e->level;
-    double rate = decayed(e, now) / e->time_constant;
-    double base = trunc(e->levels_per_doubling * log2(1 + rate / e->reference_rate));
+    double x = e->time_constant > 0 ? decayed(e, now) / e->time_constant : decayed(e, now);
+    double base = py_max(trunc(e->offset + e->levels_per_doubling * log2(1 + x / e->reference_rate)), 0.0);
     double aged = trunc(py_max(now - queued_at, 0.0) / e->age_step);
     double level = base + aged;
     return level >= 255 ? 255 : level <= 0 ? 0 : (uint8_t)level;
@@ -461,7 +464,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"job", "rank", "workers", "words", "window", "destination", "other", "ps", "pool",
                             "slot_base", "span", "ps_only", "min_rto", "max_rto", "initial_rto", "peer_timeout",
                             "first_seq", "level", "reference_rate", "levels_per_doubling", "time_constant",
-                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", NULL};
+                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", NULL};
     unsigned job, rank, workers, words, window, pool, slot_base, span;
     unsigned long long first_seq;
     PyObject *destination, *other, *ps;
@@ -470,12 +473,12 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "the engine is set up already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddp", names, &job, &rank, &workers, &words,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpd", names, &job, &rank, &workers, &words,
                                      &window, &destination, &other, &ps, &pool, &slot_base, &span, &ps_only,
                                      &self->min_rto, &self->max_rto, &self->initial_rto, &self->peer_timeout,
                                      &first_seq, &level, &self->reference_rate, &self->levels_per_doubling,
                                      &self->time_constant, &self->age_step, &self->decaying_bytes,
-                                     &self->observed_at, &served, &self->failover, &self->failback, &pad))
+                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset))
         return -1;
     if (job > 0xFFFF || workers < 1 || workers > INA_MAX_WORKERS || rank >= workers || words < 1 ||
         words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 || window < 1 || pool < 1 || (pool & (pool - 1)) ||

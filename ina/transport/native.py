@@ -7,7 +7,7 @@ serves it on a socket with its packet loop in C. Two differences, both by design
 words are read in place until their reduction completes (do not change the array meanwhile),
 and results land in an array allocated at submit, with no copy back.
 
-It runs the two built-in priority policies natively (`FixedPriority`, `IntensityPriority`, same
+It runs the built-in priority policies natively (`FixedPriority`, `IntensityPriority`, `AttainedServicePriority`, same
 arithmetic); any other policy object needs the Python engine (`native_policy` says which).
 """
 
@@ -26,7 +26,7 @@ from ina.transport.buffers import ARRAYS
 from ina.transport.chunks import result_length
 from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
-from ina.transport.priority import FixedPriority, IntensityPriority, PriorityPolicy
+from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, PriorityPolicy
 
 MODULE, WHAT = "ina.transport._native", "worker engine"
 
@@ -47,6 +47,10 @@ def native_policy(policy: PriorityPolicy | None) -> dict[str, Any] | None:
         return dict(level=-1, reference_rate=policy.reference_rate, levels_per_doubling=policy.levels_per_doubling,
                     time_constant=policy.time_constant, age_step=policy.age_step,
                     decaying_bytes=policy._bytes, observed_at=policy._at)  # fmt: skip  # its state so far
+    if type(policy) is AttainedServicePriority:  # the same formula, descending, over bytes that never decay
+        return dict(level=-1, reference_rate=policy.reference_bytes, levels_per_doubling=-policy.levels_per_doubling,
+                    time_constant=0.0, age_step=policy.age_step, decaying_bytes=policy.attained, observed_at=0.0,
+                    offset=float(policy.top))  # fmt: skip
     return None
 
 
@@ -55,7 +59,7 @@ def runs_natively(policy: PriorityPolicy | None) -> bool:
     if native_module() is None:
         return False
     if native_policy(policy) is None:
-        warnings.warn(f"ina: the native worker engine runs FixedPriority and IntensityPriority only; the policy "
+        warnings.warn(f"ina: the native worker engine runs the built-in policies only (FixedPriority, IntensityPriority, AttainedServicePriority); the policy "
                       f"{type(policy).__name__} runs on the much slower Python engine", RuntimeWarning, stacklevel=3)
         return False
     return True
@@ -70,7 +74,7 @@ def new_core(config: EngineConfig, policy: PriorityPolicy | None, peer: Any, *, 
     policy = policy if policy is not None else IntensityPriority()
     arguments = native_policy(policy)
     if arguments is None:
-        raise ValueError(f"the native engine runs FixedPriority and IntensityPriority, not {type(policy).__name__}")
+        raise ValueError(f"the native engine runs FixedPriority, IntensityPriority and AttainedServicePriority, not {type(policy).__name__}")
     return policy, module.Engine(**core_arguments(config, arguments, peer, served=served))
 
 

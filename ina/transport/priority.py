@@ -94,3 +94,42 @@ class IntensityPriority:
     def priority(self, queued_at: float, now: float) -> int:
         aged = int(max(now - queued_at, 0.0) / self.age_step)
         return min(self.base(now) + aged, MAX_PRIORITY)
+
+
+class AttainedServicePriority:
+    """Least attained service (Tiresias's LAS, without knowing a job's size): the fewer bytes a job has reduced
+    so far, the higher its priority, so that under contention a short or newly arrived job passes a long one.
+
+    The intensity rule ranks a job by its recent rate, so the largest job, which has the most left to do, wins
+    the slots and every shorter one waits behind it: the opposite of shortest-remaining-first, which minimizes
+    mean JCT (testbed/README.md, "ESA, measured fairly"). Here base = trunc(`top` - `levels_per_doubling` *
+    log2(1 + attained / `reference_bytes`)), never below 0: `top` 63 with 8 levels a doubling spreads jobs over
+    the switch's egress queues (eight levels a queue). Each full `age_step` a chunk has waited adds one level.
+    """
+
+    __slots__ = ("top", "reference_bytes", "levels_per_doubling", "age_step", "attained")
+
+    def __init__(self, *, top: int = 63, reference_bytes: float = 65536.0, levels_per_doubling: float = 8.0,
+                 age_step: float = 0.05) -> None:  # fmt: skip
+        if not 0 <= top <= MAX_PRIORITY or reference_bytes <= 0 or levels_per_doubling < 0 or age_step <= 0:
+            raise ValueError(f"top must be in 0..{MAX_PRIORITY}, reference_bytes and age_step positive, levels_per_doubling >= 0")
+        self.top = top
+        self.reference_bytes = reference_bytes
+        self.levels_per_doubling = levels_per_doubling
+        self.age_step = age_step
+        self.attained = 0.0
+
+    def observe(self, nbytes: int, now: float) -> None:
+        self.attained += nbytes
+
+    def base(self, now: float) -> int:
+        """The job's priority before ageing."""
+        return max(int(self.top - self.levels_per_doubling * math.log2(1 + self.attained / self.reference_bytes)), 0)
+
+    def priority(self, queued_at: float, now: float) -> int:
+        aged = int(max(now - queued_at, 0.0) / self.age_step)
+        return min(self.base(now) + aged, MAX_PRIORITY)
+
+
+POLICIES = {"intensity": IntensityPriority, "las": AttainedServicePriority}
+"""The built-in end-host priority policies by name (the testbed's `jobs[].priority_policy`)."""
