@@ -1,11 +1,11 @@
 """Average job completion time (JCT) of three jobs contending for the switch's aggregators: esa, fcfs, atp and static.
 
-    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1] [--switch-pps 0 2e7 5e6]
+    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1] [--priority intensity|las] [--switch-pps 0 2e7 5e6]
 
 Three training jobs (compute, then one reduction, per iteration) share one switch whose
 pool holds one window while the jobs' windows add up to three. Everything is simulated at
 the packet level (ina.sim) with the real switch, PS and worker engines. Every policy runs
-with the same parameters, seeds and priorities from the default end-host policy; only the
+with the same parameters, seeds and priorities from one end-host policy (`--priority`); only the
 switch's pool policy differs, and under `static` (SwitchML's fixed partitions) each job's window
 is its partition: the largest power of two that gives every job an equal share of the pool.
 docs/simulator.md, "Contention", explains the choices.
@@ -26,7 +26,7 @@ import numpy as np
 from ina.sim.cluster import PS_ADDR, Cluster, Hosts
 from ina.sim.link import Link
 from ina.sim.workload import TrainingLoop
-from ina.transport.priority import IntensityPriority
+from ina.transport.priority import AttainedServicePriority, IntensityPriority
 
 GBPS = 1e9 / 8
 """Bytes per second in one Gb/s."""
@@ -63,6 +63,7 @@ class Setup:
     flush_delay: float = 200e-6    # the PS's FLUSH timer, scaled like min_rto
     time_constant: float = 1e-3    # the priority policy's rate window: a few iterations
     age_step: float = 100e-6       # +1 priority level per 100 us queued
+    priority: str = "intensity"    # the end-host policy: intensity (ESA's) or las (least attained service)
 
 
 JOBS = (
@@ -115,8 +116,7 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
             return TrainingLoop(engine, iterations=job.iterations, compute=job.compute,
                                 words=job.chunks * setup.words, jitter=setup.jitter, rng=next(rngs))
 
-        cluster.add_job(number + 1, setup.workers, window(policy, setup, len(jobs)), wrap=loop,
-                        policy=lambda: IntensityPriority(time_constant=setup.time_constant, age_step=setup.age_step))
+        cluster.add_job(number + 1, setup.workers, window(policy, setup, len(jobs)), wrap=loop, policy=lambda: priority_policy(setup))
         loops[job.name] = [cluster.net.node(cluster.address(number, rank)) for rank in range(setup.workers)]
     every = [loop for group in loops.values() for loop in group]
     if not cluster.net.run_until(lambda: all(loop.finished or loop.engine.error for loop in every), timeout=10.0):
@@ -130,6 +130,13 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
     events = {"preempted": switch["preempted"], "collisions": switch["collision"], "completed at PS": ps["completed"],
               "resent": resent, "PS downlink load %": round(100 * offered)}
     return Outcome({name: max(loop.finished_at for loop in group) for name, group in loops.items()}, events)
+
+
+def priority_policy(setup: Setup) -> IntensityPriority | AttainedServicePriority:
+    """A worker's end-host priority policy, its time scales the simulation's."""
+    if setup.priority == "las":
+        return AttainedServicePriority(age_step=setup.age_step)
+    return IntensityPriority(time_constant=setup.time_constant, age_step=setup.age_step)
 
 
 def _run(args: tuple[str, Setup, int]) -> tuple[str, Setup, int, Outcome]:
@@ -166,14 +173,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="runs per policy (seeds 0..n-1), averaged")
     for f in fields(Setup):
-        if f.name in ("pool", "window", "workers", "jitter", "link_gbps", "min_rto"):
+        if f.name in ("pool", "window", "workers", "jitter", "link_gbps", "min_rto", "priority"):
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     parser.add_argument("--switch-pps", type=float, nargs="+", default=[Setup.switch_pps],
                         help="packets a second the switch handles (0: line rate); several: one table per speed and a summary")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     base = replace(Setup(), pool=args.pool, window=args.window, workers=args.workers, jitter=args.jitter,
-                   link_gbps=args.link_gbps, min_rto=args.min_rto)
+                   link_gbps=args.link_gbps, min_rto=args.min_rto, priority=args.priority)
     setups = [replace(base, switch_pps=pps) for pps in args.switch_pps]
     print("setup:", ", ".join(f"{k}={v}" for k, v in asdict(base).items() if k != "switch_pps"))
     for job in JOBS:
