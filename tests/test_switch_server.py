@@ -1,6 +1,7 @@
 """The switch server on 127.0.0.1: control API, two workers aggregating over UDP, fault
 injection, and the CLI's start-up errors and clean shutdown."""
 
+import contextlib
 import os
 import re
 import signal
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -89,39 +91,43 @@ def test_fault_injection_is_applied_and_counted(path):
         sender.close()
 
 
-def test_a_packet_rate_cap_paces_what_the_switch_sends(path):
-    with SwitchServer(SwitchConfig(pool=64, words=4), LOOPBACK, LOOPBACK, path=path, max_pps=200) as server:
+@contextlib.contextmanager
+def one_worker_job(pool: int, path: str, **served) -> Iterator[tuple[SwitchServer, Callable[[int], bytes], socket.socket, socket.socket]]:
+    """A started server (pool `pool`, K = 4, `served` its options) with a one-worker job of window `pool`: the
+    server, the DATA of chunk seq (which completes it at once), the worker's socket and the PS's."""
+    with SwitchServer(SwitchConfig(pool=pool, words=4), LOOPBACK, LOOPBACK, path=path, **served) as server:
         server.start()
         worker, ps = bound(), bound()
-        spec = JobSpec(job=1, workers=(Endpoint(*worker.getsockname()),), window=32, ps=Endpoint(*ps.getsockname()))
+        spec = JobSpec(job=1, workers=(Endpoint(*worker.getsockname()),), window=pool, ps=Endpoint(*ps.getsockname()))
         base = ControlClient(*server.control_address).register(spec)["slot_base"]
+        try:
+            yield server, lambda seq: data(1, 0, seq, (base + seq) % pool, [seq, 0, 0, 0]), worker, ps
+        finally:
+            worker.close()
+            ps.close()
+
+
+def test_a_packet_rate_cap_paces_what_the_switch_sends(path):
+    with one_worker_job(32, path, max_pps=200) as (server, chunk, worker, _):
         started = time.monotonic()
-        for seq in range(32):  # one worker: every DATA completes its chunk at once
-            worker.sendto(data(1, 0, seq, (base + seq) % 64, [seq, 0, 0, 0]), server.address)
+        for seq in range(32):
+            worker.sendto(chunk(seq), server.address)
         results = [parse(worker.recvfrom(2048)[0], 4)[0].seq for _ in range(32)]
         elapsed = time.monotonic() - started
         assert sorted(results) == list(range(32))
         assert elapsed >= 31 / 200  # the last RESULT left after 32 packets' service at 200 a second, however slow the machine
         assert server.config()["max_pps"] == 200
-        worker.close()
-        ps.close()
 
 
 def test_a_latency_holds_every_packet_the_switch_sends(path):
-    with SwitchServer(SwitchConfig(pool=8, words=4), LOOPBACK, LOOPBACK, path=path, latency=0.05) as server:
-        server.start()
-        worker, ps = bound(), bound()
-        spec = JobSpec(job=1, workers=(Endpoint(*worker.getsockname()),), window=4, ps=Endpoint(*ps.getsockname()))
-        base = ControlClient(*server.control_address).register(spec)["slot_base"]
+    with one_worker_job(4, path, latency=0.05) as (server, chunk, worker, ps):
         for seq in range(4):
             sent = time.monotonic()
-            worker.sendto(data(1, 0, seq, (base + seq) % 8, [seq, 0, 0, 0]), server.address)
+            worker.sendto(chunk(seq), server.address)
             assert parse(worker.recvfrom(2048)[0], 4)[0].seq == seq
             assert time.monotonic() - sent >= 0.05  # held 50 ms, however fast the machine
             assert parse(ps.recvfrom(2048)[0], 4)[0].seq == seq  # the PS's copy too
         assert server.config()["latency_ms"] == 50
-        worker.close()
-        ps.close()
 
 
 def test_a_taken_port_is_refused_with_what_to_change():
