@@ -1,7 +1,8 @@
 """ESA's ablation on the testbed: pool policy (esa, fcfs, atp, static) x egress queues (priority, fifo), several seeds.
 
     sudo python -m benchmarks.esa_study [testbed/rack.yaml] [--seeds 0 1 2] [--queues priority fifo]
-                                        [--policy esa,fcfs,atp,static] [--target software|bmv2] [--pool P] [--out DIR]
+                                        [--policy esa,fcfs,atp,static] [--target software|bmv2] [--pool P]
+                                        [--no-result-copies] [--out DIR]
 
 Each (seed, queues) pair is one `ina testbed` run of the run file, whose rounds are the policies: every policy
 gets the same network, queues, windows, jobs and seed, so a row differs from another in its policy alone, and a
@@ -69,6 +70,8 @@ def run_testbed(run_file: str, out: Path, seed: int, queues: str, args: argparse
     for option in ("policy", "target", "pool"):
         if getattr(args, option):
             command += [f"--{option}", str(getattr(args, option))]
+    if args.result_copies is not None:
+        command.append("--result-copies" if args.result_copies else "--no-result-copies")
     print("$", " ".join(command[1:]), flush=True)
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -117,9 +120,10 @@ def main() -> None:
     parser.add_argument("--policy", default="", help="the policies, comma-separated (default: the run file's)")
     parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
     parser.add_argument("--pool", type=int, help="override the run file's switch.pool (larger than every window: no contention)")
+    parser.add_argument("--result-copies", action=argparse.BooleanOptionalAction, help="override the run file's switch.result_copies")
     parser.add_argument("--out", help="results folder (default testbed-results/study-NAME-UTCTIME)")
     args = parser.parse_args()
-    plan = spec.overridden(spec.load(args.run_file), policy=args.policy or None, pool=args.pool)
+    plan = spec.overridden(spec.load(args.run_file), policy=args.policy or None, pool=args.pool, result_copies=args.result_copies)
     out = Path(args.out or f"testbed-results/study-{plan.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     rounds: list[Round] = []
     top = ""
@@ -131,7 +135,8 @@ def main() -> None:
             rounds += rounds_of(results, seed, queues)
     check_exact(rounds)
     print(f"\n{plan.name}: {len(args.seeds)} seeds x {len(args.queues)} queue settings x {len(plan.switch.policies)} policies "
-          f"on {args.target or plan.switch.target} in {time.monotonic() - started:.0f} s; every job bit-identical across them")  # fmt: skip
+          f"on {args.target or plan.switch.target}, pool {plan.switch.pool}, {'' if plan.switch.result_copies else 'no '}result "
+          f"copies, in {time.monotonic() - started:.0f} s; every job bit-identical across them")  # fmt: skip
     lines = table(rounds, top)
     print("\n".join(lines))
     (out / "study.txt").write_text("\n".join(lines) + "\n")

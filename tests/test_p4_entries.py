@@ -119,3 +119,16 @@ def test_both_targets_are_given_the_same_entries_for_every_registration_and_remo
     assert changes["delete"] > 0 and changes["insert"] > changes["delete"]
     tables = {entry[1] for entry in written}
     assert {"ina_jobs", "ina_workers", "ina_victims", "ina_replicas", "ina_routes", "ina_l2", "ina_cpu_ports", "group"} <= tables
+
+
+def test_without_result_copies_a_jobs_result_group_holds_its_workers_alone():
+    from ina.p4 import entries
+    from ina.switch.state import Jobs
+
+    entry = Jobs(POOL).add(jobs()[0])
+    routes = {route.ip: route for route in ROUTES}
+    _, copied = entries.job(entry, POOL, 5, routes)
+    _, alone = entries.job(entry, POOL, 5, routes, copies=False)
+    workers = len(entry.spec.workers)
+    assert copied.replicas[:workers] == alone.replicas and len(alone.replicas) == workers
+    assert copied.replicas[workers] == (3, workers)  # the PS's port (10.0.0.3), replica n

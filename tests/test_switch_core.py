@@ -46,6 +46,20 @@ def test_completion_sends_the_result_to_every_worker_then_a_copy_to_the_ps_and_f
     assert counts(rig, "claimed", "aggregated", "completed", "tx_packets") == {"claimed": 1, "aggregated": 2, "completed": 1, "tx_packets": 4}
 
 
+def test_without_result_copies_a_completed_chunk_goes_to_the_workers_alone(path):
+    rig = Rig(pool=8, words=4, path=path)
+    rig.core = switch_core(SwitchConfig(8, 4, "esa", result_copies=False), path)
+    rig.register(job_spec(1, workers=2, window=4))
+    out = rig.send(rig.data(1, 0, 5, [1, 2, 3, 4]), rig.data(1, 1, 5, [10, 20, 30, 40]))
+    assert [(o.addr, o.data) for o in out] == [(worker_addr(1, r), rig.result(1, 5, [11, 22, 33, 44])) for r in range(2)]
+    assert rig.slot_state(1, 5)["key"] is None and counts(rig, "completed", "tx_packets") == {"completed": 1, "tx_packets": 2}
+
+
+def test_atp_needs_result_copies():
+    with pytest.raises(ValueError, match="policy atp sends every RESULT through the PS"):
+        SwitchConfig(policy="atp", result_copies=False)
+
+
 def test_a_single_worker_job_completes_at_claim(path):
     rig = Rig(path=path)
     rig.register(job_spec(2, workers=1, window=1))
@@ -307,5 +321,5 @@ def test_bad_configuration_is_refused_with_what_to_change(config, message):
 
 
 def test_config_reports_the_deployment(rig):
-    assert rig.core.config() == {"pool": 8, "words": 4, "policy": "esa", "slot_timeout": 1.0, "queues": "priority"}
+    assert rig.core.config() == {"pool": 8, "words": 4, "policy": "esa", "slot_timeout": 1.0, "queues": "priority", "result_copies": True}
     assert rig.core.role == "switch"

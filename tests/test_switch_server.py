@@ -155,6 +155,8 @@ def path_environment(path: str) -> dict[str, str]:
         (["--drop", "1.5"], "drop rate must be in"),
         (["--slot-timeout", "0"], "slot_timeout must be a positive"),
         (["--max-pps", "-1"], "--max-pps must be 0 (no cap) or a positive packet rate"),
+        (["--latency", "-1"], "--latency must be 0 (none) or a positive number of milliseconds"),
+        (["--policy", "atp", "--no-result-copies"], "policy atp sends every RESULT through the PS"),
     ],
 )
 def test_the_cli_refuses_a_bad_configuration_at_start(args, message):
@@ -165,14 +167,15 @@ def test_the_cli_refuses_a_bad_configuration_at_start(args, message):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_the_cli_serves_until_a_signal_then_stops_cleanly(signum, path):
     process = subprocess.Popen([sys.executable, "-m", "ina.switch", "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0",
-                                "--pool", "16", "--policy", "fcfs", "--queues", "fifo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                "--pool", "16", "--policy", "fcfs", "--queues", "fifo", "--no-result-copies"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=path_environment(path))  # fmt: skip
     try:
         banner = process.stdout.readline()
-        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy fcfs, queues fifo, "
+        match = re.search(r"data udp://127\.0\.0\.1:(\d+), control http://127\.0\.0\.1:(\d+), pool 16, words 64, policy fcfs, queues fifo, no result copies, "
                           rf"packets {path}$", banner)
         assert match, banner
-        assert ControlClient("127.0.0.1", int(match.group(2))).config()["policy"] == "fcfs"
+        assert {k: v for k, v in ControlClient("127.0.0.1", int(match.group(2))).config().items() if k in ("policy", "result_copies")} == \
+            {"policy": "fcfs", "result_copies": False}
         process.send_signal(signum)
         out, err = process.communicate(timeout=10)
     finally:

@@ -79,6 +79,7 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{}], "switch": {"max_pps": 9000, "target": "bmv2"}}, "switch.max_pps: a setting of the software switch alone"),
         ({"jobs": [{}], "switch": {"latency": 2, "target": "bmv2"}}, "switch.latency: a setting of the software switch alone"),
         ({"jobs": [{}], "switch": {"latency": -1}}, "switch.latency: -1.0: must be between 0"),
+        ({"jobs": [{}], "switch": {"policy": ["esa", "atp"], "result_copies": False}}, "switch.result_copies: atp sends every RESULT"),
         ({"jobs": [{"transport": "switch", "priority_policy": "srpt"}]}, "jobs[0].priority_policy: 'srpt'"),
         ({"jobs": [{"steps": True}]}, "jobs[0].steps: expected an integer"),
     ],
@@ -129,7 +130,8 @@ def test_the_policy_queues_and_seed_of_a_run_file_can_be_overridden_for_repeated
     monkeypatch.setattr("ina.testbed.network.why_not", lambda plan: checked.append(plan) or "stopped here by the test")
     assert main(["testbed", str(run_file), "--policy", "fcfs,atp", "--queues", "fifo", "--pool", "128", "--seed", "7"]) == 2
     assert (checked[0].switch.policies, checked[0].switch.queues, checked[0].switch.pool) == (("fcfs", "atp"), "fifo", 128)
-    assert [job.seed for job in checked[0].jobs] == [7, 7]
+    assert main(["testbed", str(run_file), "--no-result-copies"]) == 2 and not checked[1].switch.result_copies
+    assert [job.seed for job in checked[0].jobs] == [7, 7] and checked[0].switch.result_copies
     assert main(["testbed", str(run_file), "--policy", "esa,lru"]) == 2
     assert "switch.policy: ['esa', 'lru']: give one of ['esa', 'fcfs', 'atp', 'static']" in capsys.readouterr().err
     assert spec.overridden(spec.load(run_file)) == spec.load(run_file)

@@ -70,7 +70,7 @@ class P4Switch:
                     raise ValueError(f"job {spec.job}: the switch has no route to {', '.join(unrouted)}; start it with "
                                      "--route IP=MAC@PORT for every worker and PS host")  # fmt: skip
                 group = min(set(range(entries.FLOOD_GROUP + 1, entries.FLOOD_GROUP + 2 + len(self._groups))) - set(self._groups.values()))
-                job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes)
+                job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes, self.settings.result_copies)
                 self.device.write(INSERT, [*job_entries, job_group])
             except BaseException:
                 self.table.remove(spec.job)
@@ -83,7 +83,7 @@ class P4Switch:
         then its multicast group."""
         with self._lock:
             entry = self.table.check_removal(job)  # registered, and the caller may remove it
-            job_entries, job_group = entries.job(entry, self.settings.pool, self._groups[job], self.routes)
+            job_entries, job_group = entries.job(entry, self.settings.pool, self._groups[job], self.routes, self.settings.result_copies)
             self.device.write(DELETE, job_entries)
             self._forget_slots(job)
             self.device.write(DELETE, [job_group])

@@ -96,9 +96,9 @@ def forwarding(routes: Iterable[Route]) -> tuple[list[TableEntry], Group]:
     return entries, Group(FLOOD_GROUP, tuple((port, 0) for port in sorted({route.port for route in routes})))
 
 
-def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route]) -> tuple[list[TableEntry], Group]:
+def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route], copies: bool = True) -> tuple[list[TableEntry], Group]:
     """A registered job as the table granted it: its job, worker, victim and replica entries, and
-    the multicast group of its RESULTs (replica `rank` is that worker, replica n the PS)."""
+    the multicast group of its RESULTs (replica `rank` is that worker, replica n the PS where `copies`)."""
     spec, ps = entry.spec, entry.spec.ps
     assert ps is not None
     settings = {"full": spec.full_bitmap, "fanin": spec.fanin, "neg_slot_base": -entry.slot_base % pool,
@@ -110,7 +110,7 @@ def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route]) -> 
                 for rank, w in enumerate(spec.workers)]  # fmt: skip
     entries.append(TableEntry("ina_victims", {"job": spec.job}, "ina_victim", {
         "full": spec.full_bitmap, "lane_bits": spec.lane_bits, "ps_ip": ip_number(ps.host), "ps_port": ps.port}))  # fmt: skip
-    members = [*spec.workers, ps]
+    members = [*spec.workers, ps] if copies else list(spec.workers)
     entries += [TableEntry("ina_replicas", {"group": group, "replica": rid}, "ina_replica", {
         "ip": ip_number(e.host), "port": e.port, "mac": mac_number(routes[e.host].mac)}) for rid, e in enumerate(members)]  # fmt: skip
     return entries, Group(group, tuple((routes[e.host].port, rid) for rid, e in enumerate(members)))

@@ -60,6 +60,7 @@ typedef struct {
     ina_node node;
     int looped; /* loop initialized: dealloc frees it */
     uint32_t pool, words, policy;
+    int copies; /* a completed chunk's RESULT is copied to its PS */
     double slot_timeout;
     /* the slot registers */
     uint64_t *key, *redirect;
@@ -104,7 +105,7 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
     sw->count[C_TX]++;
     if (kind != INA_RESULT || hold) return;
     for (uint32_t r = 1; r < row->fanin && !grouped; r++) send_again(sw, row->workers[r], tx);
-    send_again(sw, row->ps, tx);
+    if (sw->copies) send_again(sw, row->ps, tx);
 }
 
 /* atp: a RESULT the PS returned, HOLD cleared, to every worker of its job (its group once, or each). */
@@ -290,10 +291,11 @@ static double sw_next_deadline(void *self) {
 /* ------------------------------------------------------------------ the Python type */
 
 static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"pool", "words", "policy", "slot_timeout", "messages", NULL};
+    static char *names[] = {"pool", "words", "policy", "slot_timeout", "messages", "copies", NULL};
     unsigned pool, words, policy, messages = 64;
+    int copies = 1;
     double slot_timeout;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIId|I", names, &pool, &words, &policy, &slot_timeout, &messages))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIId|Ip", names, &pool, &words, &policy, &slot_timeout, &messages, &copies))
         return -1;
     if (self->looped) {
         PyErr_SetString(PyExc_RuntimeError, "a native switch is initialized once");
@@ -305,7 +307,7 @@ static int Switch_init(Switch *self, PyObject *args, PyObject *kwargs) {
                                           "slot_timeout > 0, messages >= 1");
         return -1;
     }
-    self->pool = pool, self->words = words, self->policy = policy, self->slot_timeout = slot_timeout;
+    self->pool = pool, self->words = words, self->policy = policy, self->slot_timeout = slot_timeout, self->copies = copies;
     self->key = calloc(pool, sizeof *self->key), self->redirect = calloc(pool, sizeof *self->redirect);
     self->bitmap = calloc(pool, sizeof *self->bitmap), self->prio = calloc(pool, sizeof *self->prio);
     self->value = calloc((size_t)pool * words, sizeof *self->value), self->touched = calloc(pool, sizeof *self->touched);
@@ -509,7 +511,7 @@ static PyMethodDef Switch_methods[] = {
 
 static PyTypeObject SwitchType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ina.switch._native.Switch",
-    .tp_doc = "Switch(pool, words, policy, slot_timeout, messages=64): the switch's data plane (0 esa, 1 fcfs, 2 atp, 3 static)",
+    .tp_doc = "Switch(pool, words, policy, slot_timeout, messages=64, copies=True): the switch's data plane (0 esa, 1 fcfs, 2 atp, 3 static)",
     .tp_basicsize = sizeof(Switch),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

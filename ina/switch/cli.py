@@ -49,6 +49,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queues", choices=QUEUES, default="priority",
                         help="egress queues: priority (a DATA or PARTIAL by its priority, RESULTs apart) or fifo (one a port); "
                              "the software switch's are its host's interfaces' (testbed/README.md) (default %(default)s)")
+    parser.add_argument("--result-copies", action=argparse.BooleanOptionalAction, default=True,
+                        help="send the PS a copy of every RESULT, so that it answers a worker that lost one at once; "
+                             "without, the PS fetches it from another worker (docs/protocol.md, section 5) (default: copies)")
     parser.add_argument("--slot-timeout", type=float, default=1.0, help="seconds before an idle partial is flushed to its PS (default %(default)s)")
     add_access_options(parser)
     add_registry_options(parser)
@@ -57,7 +60,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 def switch_config(args: argparse.Namespace) -> SwitchConfig:
     """The switch settings the options give; ValueError says which to change."""
     return SwitchConfig(pool=args.pool, words=args.words, policy=args.policy, slot_timeout=args.slot_timeout,
-                        queues=args.queues)
+                        queues=args.queues, result_copies=args.result_copies)
 
 
 def build(args: argparse.Namespace) -> SwitchServer:
@@ -75,7 +78,7 @@ def describe(server: SwitchServer) -> str:
     config = server.core.settings
     paced = f", at most {server.max_pps:g} packets/s" if server.max_pps else ""
     paced += f", {server.latency * 1e3:g} ms latency" if server.latency else ""
-    return f"pool {config.pool}, words {config.words}, policy {config.policy}, queues {config.queues}, packets {server.path}{paced}"
+    return f"pool {config.pool}, words {config.words}, policy {config.policy}, queues {config.queues}, {'' if config.result_copies else 'no '}result copies, packets {server.path}{paced}"
 
 
 def run(args: argparse.Namespace) -> int:

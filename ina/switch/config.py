@@ -18,13 +18,15 @@ MAX_WORDS = (65507 - HEADER_LEN) // 4  # a DATA packet must fit one UDP datagram
 
 @dataclass(frozen=True, slots=True)
 class SwitchConfig:
-    """Pool size P, words per packet K, the pool policy, the egress queues and the idle-sweep timeout (seconds)."""
+    """Pool size P, words per packet K, the pool policy, the egress queues, the idle-sweep timeout (seconds) and
+    whether a completed chunk's RESULT is copied to the PS."""
 
     pool: int = 64
     words: int = 64
     policy: str = "esa"
     slot_timeout: float = 1.0
     queues: str = "priority"
+    result_copies: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.pool <= MAX_POOL or self.pool & (self.pool - 1):
@@ -35,6 +37,8 @@ class SwitchConfig:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         if self.queues not in QUEUES:
             raise ValueError(f"queues must be one of {QUEUES}, got {self.queues!r}")
+        if self.policy == "atp" and not self.result_copies:
+            raise ValueError("policy atp sends every RESULT through the PS (ATP's deallocation): run it with result copies")
         if not self.slot_timeout > 0:
             raise ValueError(f"slot_timeout must be a positive number of seconds, got {self.slot_timeout}")
 

@@ -133,6 +133,7 @@ class SwitchCore:
         self._job_counts = np.zeros((1 << 16, len(JOB_COUNTERS)), dtype=np.int64)
         self._lock = threading.Lock()
         self._hold = config.policy == "atp"  # a completed slot waits for the PS to return its RESULT
+        self._result_set = TargetSet.RESULT if config.result_copies else TargetSet.WORKERS
 
     # -- control plane -------------------------------------------------------------------
 
@@ -414,7 +415,7 @@ class SwitchCore:
         lanes = np.where(op, 32, table.lane_bits[row])
         rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s], hold=hold)
         to_ps = kind == Kind.PARTIAL or hold
-        return rows, HEADER_LEN + 4 * self.slots.words[s], target_set(row, TargetSet.PS if to_ps else TargetSet.RESULT)
+        return rows, HEADER_LEN + 4 * self.slots.words[s], target_set(row, TargetSet.PS if to_ps else self._result_set)
 
 
 def waiting_in(key: np.ndarray, bitmap: np.ndarray) -> Waiting:

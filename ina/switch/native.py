@@ -49,7 +49,8 @@ class NativeSwitchCore(NativeNode):
             raise ImportError(f"{MODULE} counts {module.COUNTERS}, the Python switch {COUNTERS}: rebuild it")
         self.settings = config
         self.table = Jobs(config.pool, config.policy)
-        self._core = module.Switch(config.pool, config.words, POLICIES.index(config.policy), config.slot_timeout, messages)
+        self._core = module.Switch(config.pool, config.words, POLICIES.index(config.policy), config.slot_timeout, messages,
+                                   copies=config.result_copies)  # fmt: skip
         self._job_words = module.JOB_WORDS
         self._lock = threading.Lock()  # the Python table; the C core has a lock of its own
 

@@ -119,7 +119,7 @@ class TargetSet(IntEnum):
 
     RESULT = 0  # every worker (its RESULT group, else each) and the PS
     PS = 1
-    WORKERS = 2  # every worker alone: a held result the PS returned (atp)
+    WORKERS = 2  # every worker alone: a RESULT without its PS copy, or a held result the PS returned (atp)
 
 
 SETS = len(TargetSet)

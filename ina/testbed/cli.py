@@ -27,6 +27,7 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--policy", help="override the run file's switch.policy: one policy, or several separated by commas")
     parser.add_argument("--queues", choices=("priority", "fifo"), help="override the run file's switch.queues")
     parser.add_argument("--pool", type=int, help="override the run file's switch.pool")
+    parser.add_argument("--result-copies", action=argparse.BooleanOptionalAction, help="override the run file's switch.result_copies")
     parser.add_argument("--seed", type=int, help="override every job's seed (repeated runs of one run file)")
     parser.add_argument("--check", action="store_true", help="validate the run file and the machine, run nothing")
     parser.set_defaults(run=run)
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         plan = spec.load(args.run_file)
-        plan = spec.overridden(plan, policy=args.policy, queues=args.queues, pool=args.pool, seed=args.seed)
+        plan = spec.overridden(plan, policy=args.policy, queues=args.queues, pool=args.pool, result_copies=args.result_copies,
+                               seed=args.seed)  # fmt: skip
         if args.target:
             dropped = [name for name in SOFTWARE_ONLY if getattr(plan.switch, name) and args.target != "software"]
             for name in dropped:

@@ -132,6 +132,8 @@ class _Services:
             switch += ["--max-pps", str(switch_spec.max_pps)]
         if switch_spec.latency:
             switch += ["--latency", str(switch_spec.latency)]
+        if not switch_spec.result_copies:
+            switch.append("--no-result-copies")
         if network.bmv2:
             switch += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
             hosts = [*network.workers, network.ps]

@@ -54,6 +54,7 @@ class Switch:
     queues: str = "priority"  # every round's egress queues: "priority" or "fifo" (docs/protocol.md, "Egress queues")
     max_pps: float = 0.0  # the software switch serves at most this many packets a second (0: no cap): a switch as slow as BMv2
     latency: float = 0.0  # ms the software switch holds every packet it sends: a longer path, where the kernel cannot delay links
+    result_copies: bool = True  # the switch copies every RESULT to the PS (docs/protocol.md, section 5, "Complete")
 
 
 @dataclass(frozen=True)
@@ -209,13 +210,12 @@ def _link(fields: _Fields, default: Link) -> Link:
 
 
 def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, pool: Optional[int] = None,
-               seed: Optional[int] = None) -> Run:  # fmt: skip
-    """`run` with the switch's policies (comma-separated), its queues, its pool or every job's seed replaced where
-    given, checked as the run file's fields are."""
-    switch = {"policy": policy.split(",") if policy else list(run.switch.policies), "queues": queues or run.switch.queues,
-              "pool": pool or run.switch.pool}  # fmt: skip
-    checked = _switch(_Fields({"target": run.switch.target, "words": run.switch.words, "latency": run.switch.latency,
-                               "slot_timeout": run.switch.slot_timeout, "max_pps": run.switch.max_pps, **switch}, "switch"))  # fmt: skip
+               result_copies: Optional[bool] = None, seed: Optional[int] = None) -> Run:  # fmt: skip
+    """`run` with the switch's policies (comma-separated), its queues, its pool, its result copies or every job's
+    seed replaced where given, checked as the run file's fields are."""
+    given = {"policy": policy.split(",") if policy else None, "queues": queues, "pool": pool, "result_copies": result_copies}
+    switch = {name: value for name, value in asdict(run.switch).items() if name != "policies"} | {"policy": list(run.switch.policies)}
+    checked = _switch(_Fields(switch | {name: value for name, value in given.items() if value is not None}, "switch"))
     jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
     if seed is not None and not 0 <= seed <= 2**31 - 1:
         raise SpecError(f"--seed {seed}: must be between 0 and {2**31 - 1}")
@@ -263,12 +263,15 @@ def _switch(fields: _Fields) -> Switch:
     queues = fields.take("queues", str, Switch.queues, check=_one_of(QUEUES))
     max_pps = fields.take("max_pps", float, Switch.max_pps, check=_between(0, 1e9))
     latency = fields.take("latency", float, Switch.latency, check=_between(0, 1000))
+    result_copies = fields.take("result_copies", bool, Switch.result_copies)
+    if not result_copies and "atp" in policies:
+        raise SpecError("switch.result_copies: atp sends every RESULT through the PS; drop atp from switch.policy or keep the copies")
     for name, value in (("max_pps", max_pps), ("latency", latency)):
         if value and target != "software":
             raise SpecError(f"switch.{name}: a setting of the software switch alone; leave it out for target {target}")
     fields.done()
     return Switch(target=target, pool=pool, words=words, policies=policies, slot_timeout=slot_timeout,
-                  queues=queues, max_pps=max_pps, latency=latency)
+                  queues=queues, max_pps=max_pps, latency=latency, result_copies=result_copies)
 
 
 def _job(fields: _Fields, index: int) -> Job:
