@@ -24,12 +24,12 @@ K = 8
 
 
 def cluster(*, policy: str = "esa", pool: int = 4, drop: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0,
-            seed: int = 0, switch: bool = True, peer_timeout: float = 1.0) -> Cluster:
+            seed: int = 0, switch: bool = True, peer_timeout: float = 1.0, result_copies: bool = True) -> Cluster:
     """100 MB/s links of 10 us, every one with the same faults; the switch and the PS take what
     arrives within 20 us as one batch."""
     faults = Faults(drop=drop, duplicate=duplicate, reorder=reorder, max_delay=5e-5)
     return Cluster(
-        words=K, pool=pool, policy=policy, seed=seed, switch=switch,
+        words=K, pool=pool, policy=policy, seed=seed, switch=switch, result_copies=result_copies,
         workers=Hosts(Link(bandwidth=1e8, latency=1e-5, faults=faults)),
         ps_host=Hosts(Link(bandwidth=1e8, latency=1e-5, faults=faults), coalesce=2e-5),
         switch_host=Hosts(Link(faults=faults), coalesce=2e-5),
@@ -41,7 +41,19 @@ def cluster(*, policy: str = "esa", pool: int = 4, drop: float = 0.0, duplicate:
 @pytest.mark.parametrize("policy", ["esa", "fcfs", "atp"])
 @pytest.mark.parametrize("drop", [0.0, 0.01, 0.1])
 def test_three_jobs_contending_for_four_slots_get_exact_sums(policy, drop):
-    net = cluster(policy=policy, drop=drop, duplicate=0.02, reorder=0.05, seed=int(drop * 100))
+    three_jobs_contending_for_four_slots(cluster(policy=policy, drop=drop, duplicate=0.02, reorder=0.05, seed=int(drop * 100)))
+
+
+@pytest.mark.parametrize("drop", [0.01, 0.1])
+def test_without_result_copies_a_lost_result_is_fetched_and_every_sum_is_exact(drop):
+    net = cluster(drop=drop, duplicate=0.02, reorder=0.05, seed=int(drop * 100), result_copies=False)
+    three_jobs_contending_for_four_slots(net)
+    assert net.ps.counters()["result_copies"] == 0 and net.ps.counters()["fetch_sent"] > 0
+
+
+def three_jobs_contending_for_four_slots(net: Cluster) -> None:
+    """Three jobs of fixed priorities, windows 2-4, on `net`'s pool of 4: every worker gets the exact sums, some
+    chunks complete in the switch and some meet another job's chunk."""
     rng = np.random.default_rng(7)
     plan = {}
     for job, workers, window, level in ((10, 3, 2, 200), (11, 2, 3, 100), (12, 4, 4, 0)):

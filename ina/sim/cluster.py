@@ -37,7 +37,8 @@ class Hosts:
 
 @dataclass(slots=True)
 class Cluster:
-    """One switch (pool `pool`, policy `policy`), one PS and the jobs added with `add_job`.
+    """One switch (pool `pool`, policy `policy`, RESULTs copied to the PS unless not `result_copies`), one PS and
+    the jobs added with `add_job`.
 
     With `switch=False` there is no switch: jobs run in PS-only mode. `engine` holds the
     EngineConfig timing fields every worker gets (min_rto, max_rto, initial_rto, peer_timeout).
@@ -48,6 +49,7 @@ class Cluster:
     words: int
     pool: int = 64
     policy: str = "esa"
+    result_copies: bool = True
     switch: bool = True
     seed: int = 0
     frame_overhead: int = 0
@@ -69,7 +71,8 @@ class Cluster:
                         coalesce=self.ps_host.coalesce)
         self.switch_core = None
         if self.switch:
-            self.switch_core = switch_core(SwitchConfig(pool=self.pool, words=self.words, policy=self.policy), self.path)
+            config = SwitchConfig(pool=self.pool, words=self.words, policy=self.policy, result_copies=self.result_copies)
+            self.switch_core = switch_core(config, self.path)
             self.net.attach(SWITCH_ADDR, self.switch_core, self.switch_host.link,
                             processing=self.switch_host.processing, coalesce=self.switch_host.coalesce)
 
