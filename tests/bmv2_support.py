@@ -6,7 +6,6 @@ Tests that use it skip, saying why, without root, p4c, simple_switch_grpc or the
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -25,8 +24,8 @@ _PACKET_OUTGOING = 4
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root (veth ports for BMv2)"
-    if importlib.util.find_spec("p4") is None or importlib.util.find_spec("bm_runtime") is None:
-        return "needs the 'p4' extra (pip install -e '.[p4]')"
+    if absent := toolchain.missing_modules("bmv2"):
+        return f"needs the 'p4' extra (pip install -e '.[p4]'): {', '.join(absent)} missing"
     return toolchain.missing("p4c", "simple_switch_grpc")
 
 
