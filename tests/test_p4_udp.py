@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import subprocess
 import sys
@@ -29,18 +30,37 @@ WORDS, POOL = 18, 8
 WORD_GROUPS = {"one-pass": 0, "word-passes": 6}
 """How many words a pass steps: all, or six, the rest on word passes (three groups, as the Tofino program's K = 64)."""
 SWITCH_IP, SWITCH_MAC = "10.99.0.254", "02:00:00:00:00:fe"
-WORKERS_IP, PS_IP, MANAGEMENT_IP = "10.99.0.1", "10.99.0.2", "10.98.0.254"
+WORKERS_IP, PS_IP = "10.99.0.1", "10.99.0.2"
 PS_PORT, PS_CONTROL = 47101, 47181
 HOSTS = Path(__file__).parent / "p4_hosts.py"
 TOKEN = secrets.token_hex(16)
 """The operator's token: the control APIs listen beyond loopback, so they require one."""
 
 
+def management_subnet() -> str:
+    """A 10.98.X.0/24 that no route here covers yet, for the management link: its switch side is in this
+    namespace, where another run's (a concurrent one's) would otherwise take the same addresses."""
+    routes = subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True, check=True).stdout
+    free = [x for x in range(1, 255) if f"10.98.{x}.0/24" not in routes]
+    assert free, "every 10.98.X.0/24 has a route here"
+    return f"10.98.{random.choice(free)}"
+
+
 class Network:
     """BMv2 with the workers' host on port 1 and the PS's on port 2, the controller in this process;
-    BMv2's program steps `word_group` words a pass (0: all)."""
+    BMv2's program steps `word_group` words a pass (0: all). What it started is stopped, and what it
+    made is removed, also when starting fails."""
 
     def __init__(self, word_group: int) -> None:
+        self.parts: list = []
+        self.switch = self.ps = None
+        try:
+            self._open(word_group)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, word_group: int) -> None:
         from ina.control.auth import Access
         from ina.p4.bmv2_device import Bmv2Device
         from ina.p4.build import build
@@ -48,11 +68,11 @@ class Network:
         from ina.control.registry import JobStore, Registry
         from ina.p4.server import P4SwitchServer
 
-        self.parts: list = []
         self.workers = self._keep(Host("w", WORKERS_IP))
         self.ps_host = self._keep(Host("p", PS_IP))
-        self.management = self._keep(Host("m", "10.98.0.1", netns=self.workers.netns))
-        run("ip", "addr", "add", f"{MANAGEMENT_IP}/24", "dev", self.management.veth.switch_side)
+        subnet = management_subnet()
+        self.management = self._keep(Host("m", f"{subnet}.1", netns=self.workers.netns))
+        run("ip", "addr", "add", f"{subnet}.254/24", "dev", self.management.veth.switch_side)
         for host in (self.workers, self.ps_host):
             host.neighbour(SWITCH_IP, SWITCH_MAC)
         self.workers.neighbour(PS_IP, self.ps_host.mac)
@@ -64,7 +84,7 @@ class Network:
         program = build(WORDS, POOL, word_group=word_group)
         self._start = lambda control: P4SwitchServer(config, (SWITCH_IP, INA_PORT), control, lambda: Bmv2Device.start(interfaces), routes, SWITCH_MAC,
                                                      access=Access(token=TOKEN), registry=Registry(store=JobStore(state)), program=program).start()  # fmt: skip
-        self.switch = self._start((MANAGEMENT_IP, 0))
+        self.switch = self._start((f"{subnet}.254", 0))
         self.ps = subprocess.Popen(self.ps_host.netns.command(sys.executable, "-m", "ina.ps", "--listen", f"{PS_IP}:{PS_PORT}",
                                                                "--control", f"{PS_IP}:{PS_CONTROL}", "--words", str(WORDS)),
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"INA_TOKEN": TOKEN})  # fmt: skip
@@ -96,9 +116,11 @@ class Network:
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     def close(self) -> None:
-        self.ps.terminate()
-        self.ps.wait(timeout=10)
-        self.switch.close()
+        if self.ps is not None:
+            self.ps.terminate()
+            self.ps.wait(timeout=10)
+        if self.switch is not None:
+            self.switch.close()
         for part in reversed(self.parts):
             part.close()
 
