@@ -203,6 +203,9 @@ def across_a_restart(options: dict) -> dict:
 
 
 def _train_across_a_restart(rank: int, workers: int, steps: int) -> dict:
+    """Through the switch for at least `steps` steps and on until every rank is back on the switch after
+    the collective (the test restarts the switch meanwhile, however long BMv2 takes to start), at most
+    ten times as long; then as many steps over the collective."""
     import torch
     import torch.distributed as dist
     from conftest import mlp, regression_problem, thc_state, train
@@ -211,20 +214,30 @@ def _train_across_a_restart(rank: int, workers: int, steps: int) -> dict:
     from ina import thc_hook
 
     options = {"switch": {"peer_timeout": 20.0, "failover": 0.5, "failback": 2.0}}
-    final, paths, counters = [], [], {}
-    for name in ("collective", "switch"):
+    final, paths, counters, done = [], [], {}, 0
+    data = regression_problem()
+    for name in ("switch", "collective"):
         torch.manual_seed(0)
         model = mlp()
         state = thc_state(name, options, start_iter=2)
         ddp = DistributedDataParallel(model)
         ddp.register_comm_hook(state, thc_hook)
-        train(ddp, regression_problem(), range(steps), pause=0.1 if name == "switch" else 0.0)  # while the switch restarts
-        final.append([p.detach().clone() for p in model.parameters()])
         if name == "switch":
+            while done < 10 * steps:
+                train(ddp, data, range(done, done + 1), pause=0.1)  # stateless SGD: one step a call
+                done += 1
+                went = [path for _, path in state.paths]
+                back = torch.tensor([int(done >= steps and "collective" in went and went[-1] == "switch")])
+                dist.all_reduce(back, op=dist.ReduceOp.MIN)
+                if back.item():
+                    break
             paths, counters = [path for _, path in state.paths], state.transport.counters
+        else:
+            train(ddp, data, range(done))
+        final.append([p.detach().clone() for p in model.parameters()])
         dist.barrier()
         state.transport.close()
-    return {"equal": all(torch.equal(a, b) for a, b in zip(*final)), "paths": paths, "counters": counters}
+    return {"equal": all(torch.equal(a, b) for a, b in zip(*final)), "paths": paths, "counters": counters, "steps": done}
 
 
 if __name__ == "__main__":
