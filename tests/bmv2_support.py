@@ -6,7 +6,6 @@ Tests that use it skip, saying why, without root, p4c, simple_switch_grpc or the
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -25,8 +24,8 @@ _PACKET_OUTGOING = 4
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root (veth ports for BMv2)"
-    if importlib.util.find_spec("p4") is None or importlib.util.find_spec("bm_runtime") is None:
-        return "needs the 'p4' extra (pip install -e '.[p4]')"
+    if absent := toolchain.missing_modules("bmv2"):
+        return f"needs the 'p4' extra (pip install -e '.[p4]'): {', '.join(absent)} missing"
     return toolchain.missing("p4c", "simple_switch_grpc")
 
 
@@ -132,6 +131,40 @@ class Netns:
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
 
 
+@dataclass(frozen=True)
+class Link:
+    """A host's veth by names alone (its namespace, its side, the switch's side in the root namespace),
+    so that the process on the host (tests/p4_hosts.py) can impair it as well as the test."""
+
+    netns: str
+    host_side: str
+    switch_side: str
+    root: str = ""
+    """The network namespace of the switch's side, as a file (/proc/PID/ns/net) for a process in another
+    one to enter; "" for this process's own."""
+
+    def _ends(self) -> tuple[tuple[list[str], str], ...]:
+        root = ["nsenter", f"--net={self.root}"] if self.root else []
+        return (["ip", "netns", "exec", self.netns], self.host_side), (root, self.switch_side)
+
+    def impair(self, loss: float, duplicate: float, reorder: float) -> None:
+        """Drop, duplicate and delay (so reorder) the given fractions of the packets each way on the link.
+
+        This kernel has no netem, so nftables does it: an egress rule drops or duplicates at random,
+        and marks some packets for a slow HTB class, behind which they arrive late."""
+        for prefix, device in self._ends():
+            run(*prefix, "nft", "-f", "-", stdin=egress_rules("ina_impair", [device], loss, duplicate, reorder))
+            run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1", "r2q", "100000")
+            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
+            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", SLOW_CLASS, "htb", "rate", "2mbit")
+
+    def repair(self) -> None:
+        """Undo `impair` (nothing to undo is no error)."""
+        for prefix, device in self._ends():
+            subprocess.run([*prefix, "nft", "delete", "table", "netdev", "ina_impair"], capture_output=True)
+            subprocess.run([*prefix, "tc", "qdisc", "del", "dev", device, "root"], capture_output=True)
+
+
 class Host:
     """A namespace on one veth: `address`/24 on its side, the other side left in the root namespace
     (a BMv2 port, or the controller's management link)."""
@@ -147,6 +180,7 @@ class Host:
         # host must fill them in itself, or its peers drop its TCP and UDP
         self.netns.run("ethtool", "-K", self.veth.host_side, "tx", "off")
         self.mac = self.read_mac()
+        self.link = Link(self.netns.name, self.veth.host_side, self.veth.switch_side)
 
     def read_mac(self) -> str:
         done = subprocess.run(self.netns.command("cat", f"/sys/class/net/{self.veth.host_side}/address"),
@@ -156,23 +190,6 @@ class Host:
     def neighbour(self, ip: str, mac: str) -> None:
         """A static ARP entry: the switch floods nothing it need not."""
         self.netns.run("ip", "neigh", "replace", ip, "lladdr", mac, "dev", self.veth.host_side, "nud", "permanent")
-
-    def impair(self, loss: float, duplicate: float, reorder: float) -> None:
-        """Drop, duplicate and delay (so reorder) the given fractions of the packets each way on the link.
-
-        This kernel has no netem, so nftables does it: an egress rule drops or duplicates at random,
-        and marks some packets for a slow HTB class, behind which they arrive late."""
-        for prefix, device in ((self.netns.command(), self.veth.host_side), ([], self.veth.switch_side)):
-            run(*prefix, "nft", "-f", "-", stdin=egress_rules("ina_impair", [device], loss, duplicate, reorder))
-            run(*prefix, "tc", "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1", "r2q", "100000")
-            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
-            run(*prefix, "tc", "class", "add", "dev", device, "parent", "1:", "classid", SLOW_CLASS, "htb", "rate", "2mbit")
-
-    def repair(self) -> None:
-        """Undo `impair`."""
-        for prefix, device in ((self.netns.command(), self.veth.host_side), ([], self.veth.switch_side)):
-            subprocess.run([*prefix, "nft", "delete", "table", "netdev", "ina_impair"], capture_output=True)
-            subprocess.run([*prefix, "tc", "qdisc", "del", "dev", device, "root"], capture_output=True)
 
     def close(self) -> None:
         self.veth.close()

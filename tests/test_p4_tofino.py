@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 
 import pytest
@@ -26,18 +25,20 @@ FIT_SECONDS = 900
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    """The TNA program through bf-p4c's front and middle ends only (`--skip-compilation pipe`): the
-    bfrt.json that names every table, action, register and counter, without fitting the pipe."""
-    from ina.p4.build import sources
-    from bfrt_fakes import tofino_build
+def fitted():
+    """bf-p4c's build of the TNA program for K words (P = 4096), made once for every test here (and kept in
+    ina's build cache, keyed by the sources and the compiler): the fit tests check each K's, and the
+    names test reads the bfrt.json of K = 64's."""
+    from ina.p4.build import build
 
-    out = tmp_path_factory.mktemp("tna")
-    command = [toolchain.require("bf-p4c"), "--target", "tofino", "--arch", "tna", "--std", "p4-16", f"-DWORDS={WORDS}",
-               f"-DPOOL={POOL}", "-I", str(sources()), "-o", str(out), "--skip-compilation", "pipe", str(sources() / "ina_tna.p4")]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert (out / "bfrt.json").exists(), done.stderr
-    return tofino_build(WORDS, POOL, out)
+    builds = {}
+
+    def get(words: int):
+        if words not in builds:
+            builds[words] = build(words, POOL, "tofino", timeout=FIT_SECONDS)
+        return builds[words]
+
+    return get
 
 
 def unique_names(full_name: str) -> set[str]:
@@ -54,10 +55,11 @@ def resolve(name: str, full_names: list[str]) -> str:
 
 
 @needs_bf_p4c
-def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(program, tmp_path):
+def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(fitted):
     from ina.p4.controller import P4Switch
     from ina.p4.tofino_device import COUNTER_ARRAYS, TofinoDevice, register_layout
 
+    program = fitted(WORDS)
     tables = {table["name"]: table for table in json.loads(program.tofino.bfrt.read_text())["tables"]}
     log: list = []
     gc = fake_gc(log)
@@ -108,14 +110,12 @@ def functional_warnings(stderr: str) -> list[str]:
 
 @needs_bf_p4c
 @pytest.mark.parametrize("words", [TOFINO_WORDS_PER_PASS, WORDS])
-def test_bf_p4c_fits_the_tna_program_in_one_pass_and_over_word_passes_for_4096_slots(words, tmp_path):
-    from ina.p4.build import build
-
-    fitted = build(words, POOL, "tofino", out=tmp_path, timeout=FIT_SECONDS)
-    assert fitted.tofino is not None and fitted.tofino.binary.stat().st_size > 0
-    assert json.loads(fitted.tofino.context.read_text())["program_name"] == "ina_tna"
-    assert functional_warnings(fitted.warnings) == []
-    stages = resources.stage_usage(json.loads(fitted.tofino.resources.read_text()))
+def test_bf_p4c_fits_the_tna_program_in_one_pass_and_over_word_passes_for_4096_slots(words, fitted):
+    program = fitted(words)
+    assert program.tofino is not None and program.tofino.binary.stat().st_size > 0
+    assert json.loads(program.tofino.context.read_text())["program_name"] == "ina_tna"
+    assert functional_warnings(program.warnings) == []
+    stages = resources.stage_usage(json.loads(program.tofino.resources.read_text()))
     assert len(stages) <= 12 and sum(stage["stateful ALUs"] for stage in stages) == 10 + TOFINO_WORDS_PER_PASS
 
 

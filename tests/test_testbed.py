@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -133,10 +134,11 @@ def _start_short_run(tmp_path: Path, **top) -> tuple[Path, set[str], subprocess.
     return tmp_path / "out", interfaces, ina_testbed(str(_short_run(tmp_path, **top)), "--out", str(tmp_path / "out"))
 
 
-def _ends(process: subprocess.Popen, status: int, saying: str, out: Path, interfaces: set[str]) -> None:
+def _ends(process: subprocess.Popen, status: int, saying: str | Callable[[], str], out: Path, interfaces: set[str]) -> None:
+    """The run ends with `status`, printing `saying` (or what `saying()` says, asked once it has ended)."""
     printed, _ = process.communicate(timeout=120)
     assert process.returncode == status, printed
-    assert saying in printed
+    assert (saying() if callable(saying) else saying) in printed
     assert_nothing_left(out, interfaces)
 
 
@@ -168,7 +170,15 @@ def test_ctrl_c_stops_the_run_and_removes_everything(tmp_path):
 def test_a_run_past_its_timeout_fails_clearly_and_removes_everything(tmp_path):
     # 20 s: past the jobs' start (torch, the process groups), which took 14 s on the 2-core machine under a build
     out, interfaces, process = _start_short_run(tmp_path, timeout=20)
-    _ends(process, 1, "timeout of 20 s passed with jobs ['long'] unfinished", out, interfaces)
+
+    def saying() -> str:
+        """What the run says depends on whether its ranks had all set up (the phase's go file was written)
+        before the 20 s passed, which a loaded machine decides, not the test."""
+        if any(out.glob("*/go.*")):
+            return "timeout of 20 s passed with jobs ['long'] unfinished"
+        return "the run's timeout passed while its jobs were starting"
+
+    _ends(process, 1, saying, out, interfaces)
 
 
 @needs_testbed

@@ -26,7 +26,7 @@ from ina.control.watch import Waiting, Watch
 from ina.control.policy import Forbidden, Principal
 from ina.control.registry import Registrar, Registry
 from ina.control.tls import CA_FILE, client_context
-from ina.net.multicast import is_multicast
+from ina.protocol.addresses import is_multicast
 
 logger = logging.getLogger("ina.control")
 MAX_BODY = 64 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ina.net.multicast import is_multicast
+from ina.protocol.addresses import is_multicast
 from ina.protocol.constants import HEADER_LEN, LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
 
 MAX_DATAGRAM = 65507

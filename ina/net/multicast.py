@@ -8,7 +8,6 @@ probe fails and the job keeps unicast RESULTs.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import select
@@ -32,14 +31,6 @@ PROBE_WAIT = 0.5
 _IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)  # Linux
 
 logger = logging.getLogger(__name__)
-
-
-def is_multicast(host: str) -> bool:
-    """Whether `host` is a numeric IPv4 multicast address (224.0.0.0/4)."""
-    try:
-        return ipaddress.IPv4Address(host).is_multicast
-    except ValueError:
-        return False
 
 
 def enabled() -> bool:

@@ -1,8 +1,8 @@
 """`ina p4 build`: compile p4src/ for a target (BMv2 with p4c, Tofino with bf-p4c) for a pool size P
 and words per packet K.
 
-Builds are cached by their inputs (the P4 sources, P, K, the target and the compiler), so a switch or
-a test that needs a build it already has starts at once.
+Builds are cached by their inputs (the P4 sources, P, K, the target and the compiler, by path, size and
+time), so a switch or a test that needs a build it already has starts at once.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def build(words: int, pool: int, target: str = "bmv2", out: Path | None = None, 
     check(target, words, pool, group)
     compiler = toolchain.require(COMPILERS[target])
     src = sources()
-    digest = hashlib.sha256(f"{target} {words} {pool} {group} {compiler}".encode())
+    installed = os.stat(compiler)  # a compiler installed anew at the same path builds anew
+    digest = hashlib.sha256(f"{target} {words} {pool} {group} {compiler} {installed.st_size} {installed.st_mtime_ns}".encode())
     for path in sorted(src.glob("*.p4")):
         digest.update(path.name.encode() + path.read_bytes())
     out = out or _cache() / f"{target}-K{words}-P{pool}-G{group}-{digest.hexdigest()[:12]}"

@@ -7,13 +7,14 @@ import sys
 from typing import Any
 
 from ina.p4 import build as p4build
-from ina.p4 import resources
+from ina.p4 import resources, toolchain
+from ina.p4 import tools as p4tools
 from ina.p4.toolchain import ToolMissing
 
 
 def register(subcommands: Any) -> None:
     """The `ina` CLI's convention: add the subcommand and set `run`."""
-    p4 = subcommands.add_parser("p4", help="build the P4 switch", description="Build and inspect ina's P4 programs.")
+    p4 = subcommands.add_parser("p4", help="build the P4 switch, check its tools", description="Build and inspect ina's P4 programs.")
     actions = p4.add_subparsers(dest="p4_command", required=True, metavar="ACTION")
     compile_ = actions.add_parser("build", help="compile p4src/ with p4c or bf-p4c", description=(
         "Compile p4src/ for a target with K words per packet and P slots, and print the paths of what the "
@@ -30,6 +31,12 @@ def register(subcommands: Any) -> None:
                           "K must be a multiple of it: BMv2 then runs the word passes the Tofino program needs, for testing them")
     compile_.add_argument("--out", help="output folder (default: a cache folder keyed by the inputs)")
     compile_.set_defaults(run=run_build)
+    tools = actions.add_parser("tools", help="say which P4 tools ina finds, where, and what each target lacks", description=(
+        "Print each P4 tool ina runs (p4c, simple_switch_grpc, bf-p4c, p4testgen): where ina found it ($INA_<TOOL> or "
+        "PATH), the version it reports, and the files a compiler's install lacks; then what each target still needs. "
+        "Exits 1 when a target named with --target (default: every target) lacks something."))  # fmt: skip
+    tools.add_argument("--target", action="append", choices=list(toolchain.TARGETS), help="the target(s) the exit status is about")
+    tools.set_defaults(run=run_tools)
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -47,3 +54,9 @@ def run_build(args: argparse.Namespace) -> int:
     if result.warnings.strip():
         print(result.warnings, file=sys.stderr, end="")
     return 0
+
+
+def run_tools(args: argparse.Namespace) -> int:
+    states = p4tools.survey()
+    print(p4tools.render(states))
+    return 1 if any(p4tools.target_gaps(states, target) for target in args.target or toolchain.TARGETS) else 0
