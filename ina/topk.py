@@ -7,9 +7,10 @@ the bucket, sends the ``ratio`` of coordinates of largest magnitude as (index, v
 the rest as its new memory. Sparse vectors do not add up in place, so the pairs are all-gathered (each
 worker receives every worker's k pairs: traffic grows with the workers, unlike THC's homomorphic
 sums), and every worker sums them into the dense mean. Exact: every worker gets the same mean.
-"""
-from __future__ import annotations
 
+Annotations stay real objects (no ``from __future__ import annotations``): DDP's ``register_comm_hook``
+compares the hook's with ``dist.GradBucket`` and ``torch.futures.Future[torch.Tensor]`` by identity.
+"""
 from typing import Optional
 
 import torch

@@ -2,6 +2,7 @@
 import pytest
 import torch
 from conftest import FakeBucket
+from torch.nn.parallel import DistributedDataParallel
 
 from ina.launch import run_workers
 from ina.topk import TopKState, topk_hook
@@ -16,6 +17,7 @@ EXPECTED = [[2, 2, 2, 2], [1, 0, 0, 1], [2, -2.5, -0.5, 0], [0.55, 0.75, 0, 0.75
 
 
 def _reduce(rank: int, workers: int) -> tuple[list[list[float]], int, list[float]]:
+    DistributedDataParallel(torch.nn.Linear(2, 1)).register_comm_hook(TopKState(), topk_hook)  # DDP checks the hook's annotations
     state = TopKState(ratio=0.5, start_iter=2)
     means = [topk_hook(state, FakeBucket(torch.tensor(g, dtype=torch.float32), 0)).wait().tolist() for g in GRADIENTS[rank]]
     return means, state.bytes_sent, state.errors[0].tolist()
