@@ -77,11 +77,12 @@ def table(workload: str, target: float, rows: list[dict[str, Any]]) -> list[str]
     links = sorted({bw for _, bw in cells})
     methods = list(dict.fromkeys(r["method"] for r in rows))
     loss = next(iter(cells.values()))["loss_metric"]
-    final = "test loss" if loss else "accuracy"
+    final = "loss" if loss else "accuracy"
     seeds = sorted({r["seed"] for r in rows})
     lines = [f"**{workload}** (target: test {final} {'<=' if loss else '>='} {target:g}; seeds {', '.join(map(str, seeds))}; "
-             "times in s from the start of training, the mean over the seeds that reached the target)", "",
-             "| method | " + " | ".join(f"{bw:g} Mbit/s: to target | x fp32 | {final} | MB/step | s/step" for bw in links) + " |",
+             "times in s from the start of training, the mean over the seeds that reached the target; speed-up: fp32's time over "
+             "this one's)", "",
+             "| method | " + " | ".join(f"{bw:g} Mbit/s: to target | speed-up | test {final} | MB/step | s/step" for bw in links) + " |",
              "|---|" + "---:|---:|---:|---:|---:|" * len(links)]  # fmt: skip
     for method in methods:
         parts = []
@@ -99,7 +100,7 @@ def table(workload: str, target: float, rows: list[dict[str, Any]]) -> list[str]
 
 
 def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
-    """Time to target per method, a bar per link speed (none where a seed missed it)."""
+    """Time to target, the final test accuracy (loss) and the bytes sent per step, per method, a bar per link speed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,14 +109,19 @@ def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    figure, axes = plt.subplots(figsize=(10, 4.5))
+    final = "test loss" if next(iter(cells.values()))["loss_metric"] else "test accuracy"
+    panels = (("tta", "time to target (s; no bar: not reached)"), ("final", f"final {final}"), ("mb_per_step", "MB sent per worker per step"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))
     width = 0.8 / len(links)
-    for i, bw in enumerate(links):
-        values = [(cells.get((m, bw)) or {}).get("tta") or 0 for m in methods]
-        axes.bar([n + i * width for n in range(len(methods))], values, width, label=f"{bw:g} Mbit/s")
-    axes.set_xticks([n + width * (len(links) - 1) / 2 for n in range(len(methods))], methods, rotation=30, ha="right")
-    axes.set(ylabel="time to target (s)", title=f"{workload}: time to the target, 4 workers (no bar: not reached)")
-    axes.legend()
+    for ax, (key, label) in zip(axes, panels):
+        for i, bw in enumerate(links):
+            values = [(cells.get((m, bw)) or {}).get(key) or 0 for m in methods]
+            ax.bar([n + i * width for n in range(len(methods))], values, width, label=f"{bw:g} Mbit/s")
+        ax.set_xticks([n + width * (len(links) - 1) / 2 for n in range(len(methods))], methods, rotation=30, ha="right")
+        ax.set(ylabel=label, title=f"{workload}: {label.split(' (')[0]}")
+    if final == "test accuracy":
+        axes[1].set_ylim(0.9, 1.0)
+    axes[0].legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -132,17 +138,22 @@ def write_docs(docs: Path, lines: list[str]) -> None:
 
 
 def tabulate(out: Path, workloads: list[str], plots: Path) -> list[str]:
-    """The tables of every workload studied under `out`, and their plots under `plots`."""
+    """The tables of every workload studied under `out`, their plots under `plots`, and the command that made them."""
     lines: list[str] = []
+    found: list[dict[str, Any]] = []
+    studied = []
     for workload in workloads:
         rows = rows_of(out / workload)
         if not rows:
             continue
+        found += rows
+        studied.append(workload)
         target = spec.load(f"testbed/tta_{workload}.yaml").jobs[0].target
         lines += table(workload, target, rows) + [""]
         plots.mkdir(parents=True, exist_ok=True)
         plot(workload, rows, plots / f"tta_{workload}.png")
-    return lines
+    return lines + [f"From `sudo python -m benchmarks.time_to_accuracy --workloads {' '.join(studied)} --links "
+                    f"{' '.join(f'{bw:g}' for bw in sorted({r['bw'] for r in found}))} --seeds {' '.join(map(str, sorted({r['seed'] for r in found})))}`."]  # fmt: skip
 
 
 def main() -> None:
@@ -164,8 +175,6 @@ def main() -> None:
                     folder = out / workload / f"{bw:g}M-seed{seed}"
                     run_testbed(str(run_file(workload, bw, out / "runs")), folder, seed, "priority", options)
     lines = tabulate(out, args.workloads, Path(args.plots))
-    lines.append(f"From `python -m benchmarks.time_to_accuracy --workloads {' '.join(args.workloads)} --links "
-                 f"{' '.join(f'{bw:g}' for bw in args.links)} --seeds {' '.join(map(str, args.seeds))}`.")  # fmt: skip
     print("\n".join(lines))
     (out / "tables.md").write_text("\n".join(lines) + "\n")
     if args.docs:
