@@ -53,11 +53,7 @@ def main() -> None:
     began = time.monotonic()
     for step in range(args.steps):
         batch = next(batches)[rank * share : (rank + 1) * share]
-        loss = workload.loss(model, *workload.inputs(batch))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        loss = workload.train_step(model, optimizer, schedule, batch)
         if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
             wall = time.monotonic() - began
             value = workload.evaluate(workload.model)

@@ -49,6 +49,16 @@ class Workload:
         out = model(x)
         return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: torch.optim.lr_scheduler.LRScheduler,
+                   batch: torch.Tensor) -> torch.Tensor:
+        """One step on the samples `batch` (indices) with `model` (the DDP wrapper, whose backward reduces); its loss."""
+        loss = self.loss(model, *self.inputs(batch))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        return loss
+
     def optimizer(self, parameters: Iterable[nn.Parameter], lr: float, steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
         """The kind's optimiser and a schedule over `steps`: the MLP's constant-rate SGD (ina demo's),
         the convnet's SGD with Nesterov momentum and cosine decay, the transformer's AdamW with a

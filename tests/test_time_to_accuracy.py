@@ -11,7 +11,7 @@ from ina.demo_training import batches_of
 from ina.testbed import spec
 from ina.testbed.results import time_to_target
 from ina.testbed.spec import SpecError
-from ina.workloads import CONTEXT, build
+from ina.workloads import CONTEXT, Workload, build
 
 
 def test_each_model_kind_gets_its_data_and_learning_rate_and_a_target_in_its_metric():
@@ -49,18 +49,20 @@ def test_time_to_target_is_the_wall_time_of_the_first_evaluation_at_the_target()
     assert time_to_target(language, losses)["time_to_target"] == 2.0
 
 
+def _train(workload: Workload, lr: float, steps: int, batch: int) -> torch.optim.lr_scheduler.LRScheduler:
+    """`steps` steps of the workload's own optimiser and schedule on one process; the schedule."""
+    optimizer, schedule = workload.optimizer(workload.model.parameters(), lr, steps)
+    batches = batches_of(workload.train_size, batch, torch.Generator().manual_seed(0))
+    for _ in range(steps):
+        workload.train_step(workload.model, optimizer, schedule, next(batches))
+    return schedule
+
+
 def test_the_convnet_learns_digits_with_its_optimiser_and_schedule():
     torch.manual_seed(0)
     workload = build("convnet", 8, seed=0)
     assert workload.model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
-    optimizer, schedule = workload.optimizer(workload.model.parameters(), 0.1, 25)
-    batches = batches_of(workload.train_size, 32, torch.Generator().manual_seed(0))
-    for _ in range(25):
-        loss = workload.loss(workload.model, *workload.inputs(next(batches)))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+    schedule = _train(workload, lr=0.1, steps=25, batch=32)
     assert workload.evaluate(workload.model) > 0.8  # from chance, 10%
     assert schedule.get_last_lr()[0] == pytest.approx(0.01)  # the cosine ends at a tenth
 
@@ -70,14 +72,7 @@ def test_the_language_model_predicts_the_next_token_and_its_test_loss_falls():
     x, y = workload.inputs(torch.tensor([0, 5]))
     assert x.shape == (2, CONTEXT) and torch.equal(x[:, 1:], y[:, :-1])  # the targets: the inputs shifted by one
     before = workload.evaluate(workload.model)
-    optimizer, schedule = workload.optimizer(workload.model.parameters(), 0.02, 30)
-    batches = batches_of(workload.train_size, 8, torch.Generator().manual_seed(0))
-    for _ in range(30):
-        loss = workload.loss(workload.model, *workload.inputs(next(batches)))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+    _train(workload, lr=0.02, steps=30, batch=8)
     assert before > 8.0 and workload.evaluate(workload.model) < 6.0  # from uniform over 4096 tokens (8.3 nats)
 
 

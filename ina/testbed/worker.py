@@ -110,11 +110,7 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         start = time.monotonic()
         time.sleep(job.compute)  # an accelerator's forward and backward: time, no CPU
         batch = next(batches)[rank * share : (rank + 1) * share]
-        loss = workload.loss(ddp, *workload.inputs(batch))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        loss = workload.train_step(ddp, optimizer, schedule, batch)
         end = time.monotonic()
         now_sent, now_received = interface_bytes(interface)
         record: dict[str, Any] = {"step": step, "wall": end - began, "step_time": end - start, "loss": loss.item(),
