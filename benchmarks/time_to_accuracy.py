@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -152,6 +153,9 @@ def tabulate(out: Path, workloads: list[str], plots: Path) -> list[str]:
         lines += table(workload, target, rows) + [""]
         plots.mkdir(parents=True, exist_ok=True)
         plot(workload, rows, plots / f"tta_{workload}.png")
+    loads = [json.loads(p.read_text())[0] for w in studied for p in (out / w).glob("*/load.json")]
+    if loads:
+        lines.append(f"The machine's 1-minute load average as each run began: {min(loads):.1f} to {max(loads):.1f} (2 cores).")
     return lines + [f"From `sudo python -m benchmarks.time_to_accuracy --workloads {' '.join(studied)} --links "
                     f"{' '.join(f'{bw:g}' for bw in sorted({r['bw'] for r in found}))} --seeds {' '.join(map(str, sorted({r['seed'] for r in found})))}`."]  # fmt: skip
 
@@ -173,6 +177,8 @@ def main() -> None:
             for bw in args.links:
                 for seed in args.seeds:
                     folder = out / workload / f"{bw:g}M-seed{seed}"
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / "load.json").write_text(json.dumps(os.getloadavg()))  # what else ran on the machine
                     run_testbed(str(run_file(workload, bw, out / "runs")), folder, seed, "priority", options)
     lines = tabulate(out, args.workloads, Path(args.plots))
     print("\n".join(lines))
