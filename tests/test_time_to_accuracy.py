@@ -31,6 +31,8 @@ def test_each_model_kind_gets_its_data_and_learning_rate_and_a_target_in_its_met
     ({"model": {"kind": "transformer"}, "data": "digits"}, "jobs[0].data: 'digits': must be one of ['pydoc']"),
     ({"hook": "topk", "warm_up": 1}, "topk needs at least 2 steps"),
     ({"hook": "topk", "ratio": 2}, "jobs[0].ratio: 2.0: must be between"),
+    ({"hook": "thc", "ratio": 0.1}, "jobs[0].ratio: only topk jobs take it"),
+    ({"model": {"kind": "convnet", "hidden": [64]}}, "jobs[0].model.hidden: only the mlp takes it"),
 ])  # fmt: skip
 def test_a_bad_model_target_or_top_k_setting_is_refused(job, message):
     with pytest.raises(SpecError) as refused:

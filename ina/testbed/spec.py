@@ -23,7 +23,6 @@ HOOKS = ("fp32", "fp16", "powersgd", "topk", "thc")
 """fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; topk: ina.topk's baseline; thc: ina's hook."""
 TRANSPORTS = ("collective", "switch", "ps")
 TARGETS = ("software", "bmv2")
-DATASETS = ("digits", "pydoc")
 MODELS = {"mlp": ("digits", 0.05), "convnet": ("digits", 0.1), "transformer": ("pydoc", 0.003)}
 """Each model kind of ina.workloads: its data set and its default learning rate."""
 MAX_HOSTS = 200
@@ -296,6 +295,8 @@ def _job(fields: _Fields, index: int) -> Job:
     model = _Fields(fields.take("model", dict, {}), f"{fields.where}.model")
     kind = model.take("kind", str, Job.kind, check=_one_of(tuple(MODELS)))
     width = model.take("width", int, Job.width, check=_between(0, 4096))
+    if kind != "mlp" and "hidden" in model.given:
+        raise SpecError(f"{fields.where}.model.hidden: only the mlp takes it (the {kind}'s size is its width)")
     hidden = model.take("hidden", list, list(Job.hidden))
     if not hidden or any(not isinstance(h, int) or not 1 <= h <= 65536 for h in hidden):
         raise SpecError(f"{fields.where}.model.hidden: {hidden!r}: give a list of layer widths, e.g. [256] or [2048, 2048]")
@@ -336,6 +337,8 @@ def _job(fields: _Fields, index: int) -> Job:
         for option in ("transport", "priority", "priority_policy", "window", "min_rto", "failover", "failback", "hierarchy"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
+    if job.hook != "topk" and "ratio" in fields.given:
+        raise SpecError(f"{fields.where}.ratio: only topk jobs take it (hook is {job.hook!r})")
     if job.hook in ("powersgd", "topk") and job.warm_up < 2:
         raise SpecError(f"{fields.where}.warm_up: {job.hook} needs at least 2 steps of plain allreduce, got {job.warm_up}")
     if job.hook == "thc":
