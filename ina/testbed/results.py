@@ -1,16 +1,16 @@
 """What a run leaves for its reader, beside each process's log and JSON lines:
 
 - ``steps.csv``: one row per job, policy and step: wall time, step time, rank 0's loss, test
-  accuracy where evaluated, bytes sent and received per worker (the mean over the ranks, as
+  accuracy (a language model's test loss) where evaluated, bytes sent and received per worker (the mean over the ranks, as
   their interfaces counted them), bytes the hook handed to its transport and where its reductions
   went at the step's end (switch, ps, collective);
 - ``jobs.csv`` and ``results.json``: one row per job and policy: the method, median step time
   once compression is on, bytes per worker per step, final loss and accuracy, JCT, the SHA-256 of
-  the final parameters, and the stretches of steps on each path (switch, ps, collective); ``results.json`` adds the switch's and the PS's counters per policy and
+  the final parameters, the target and when it was first met (``time_to_target``, ``steps_to_target``), and the stretches of steps on each path (switch, ps, collective); ``results.json`` adds the switch's and the PS's counters per policy and
   the packets the link loss dropped;
 - ``loss_vs_time.png`` (loss against wall time per job and method), ``jct.png`` (JCT per job and
-  policy) and ``step_time.png`` (median step time per job), when matplotlib is installed (the
-  ``testbed`` extra).
+  policy), ``step_time.png`` (median step time per job) and, for jobs with a target,
+  ``time_to_target.png``, when matplotlib is installed (the ``testbed`` extra).
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from typing import Any, Iterable
 
 from ina.testbed.spec import Job, Run
 
-STEP_COLUMNS = ("policy", "job", "method", "step", "wall", "step_time", "loss", "accuracy",
+STEP_COLUMNS = ("policy", "job", "method", "step", "wall", "step_time", "loss", "accuracy", "test_loss",
                 "tx_bytes_per_worker", "rx_bytes_per_worker", "hook_bytes_per_worker", "path")  # fmt: skip
 JOB_COLUMNS = ("policy", "job", "method", "workers", "phase", "steps", "parameters", "step_time_median", "tx_bytes_per_worker_step",
-               "hook_bytes_per_worker_step", "final_loss", "accuracy", "start", "jct", "params_sha256")  # fmt: skip
+               "hook_bytes_per_worker_step", "final_loss", "accuracy", "start", "jct", "params_sha256",
+               "test_loss", "target", "time_to_target", "steps_to_target")  # fmt: skip
 
 SWITCH_COUNTERS = ("aggregated", "completed", "preempted", "collision", "redirected", "flushed", "resend_forwarded")
 PS_COUNTERS = ("pieces", "completed", "duplicate", "results_replayed", "status_sent", "flush_sent")
@@ -59,7 +60,7 @@ def progress(job_dir: Path, job: Job) -> str:
 
 def measured_from(job: Job) -> int:
     """The first step whose time counts: after plain-allreduce warm-up and one step more (first-use costs)."""
-    first = job.warm_up + 1 if job.hook in ("thc", "powersgd") else 1
+    first = job.warm_up + 1 if job.hook in ("thc", "powersgd", "topk") else 1
     return min(first, job.steps - 1)
 
 
@@ -74,7 +75,7 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
             each = [r[step] for r in ranks if len(r) > step]
             step_rows.append({"policy": outcome["policy"], "job": job.name, "method": job.method, "step": step,
                               "wall": record["wall"], "step_time": record["step_time"], "loss": record["loss"],
-                              "accuracy": record.get("accuracy", ""),
+                              "accuracy": record.get("accuracy", ""), "test_loss": record.get("test_loss", ""),
                               "tx_bytes_per_worker": statistics.mean(r["tx_bytes"] for r in each),
                               "rx_bytes_per_worker": statistics.mean(r["rx_bytes"] for r in each),
                               "hook_bytes_per_worker": statistics.mean(r.get("hook_bytes", 0) for r in each),
@@ -88,7 +89,8 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
             "tx_bytes_per_worker_step": statistics.mean(statistics.mean(s["tx_bytes"] for s in r) for r in measured),
             "hook_bytes_per_worker_step": statistics.mean(statistics.mean(s.get("hook_bytes", 0) for s in r) for r in measured),
             "final_loss": summary["final_loss"], "accuracy": summary["accuracy"], "start": job.start, "jct": outcome["jct"],
-            "params_sha256": summary["params_sha256"],
+            "params_sha256": summary["params_sha256"], "test_loss": summary.get("test_loss"),
+            **time_to_target(job, ranks[0]),
             "paths": path_segments(ranks[0]),
         })  # fmt: skip
     _csv(out / "steps.csv", STEP_COLUMNS, step_rows)
@@ -98,6 +100,15 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
     names = {(o["policy"], json.loads((Path(o["dir"]) / "summary.json").read_text()).get("job_id")): o["job"] for o in outcomes}
     result["plots"] = plot(out, step_rows, job_rows) + plot_occupancy(out, list(rounds), names)
     return result
+
+
+def time_to_target(job: Job, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The target, and the wall time (since training began) and number of steps at the end of the first step
+    whose evaluation met it; None for both where no evaluation did (or the job has no target)."""
+    for record in steps:
+        if job.metric in record and job.reached(record[job.metric]):
+            return {"target": job.target, "time_to_target": record["wall"], "steps_to_target": record["step"] + 1}
+    return {"target": job.target, "time_to_target": None, "steps_to_target": None}
 
 
 def path_segments(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -158,11 +169,16 @@ def plot_occupancy(out: Path, rounds: list[str], names: dict[tuple[str, int | No
 
 def table(result: dict[str, Any]) -> list[str]:
     """The summary the CLI prints."""
-    lines = [f"{'policy':7} {'job':14} {'method':16} {'s/step':>7} {'tx B/worker/step':>17} {'loss':>7} {'acc':>6} {'start s':>7} {'JCT s':>7}"]
+    lines = [f"{'policy':7} {'job':14} {'method':16} {'s/step':>7} {'tx B/worker/step':>17} {'loss':>7} {'acc':>6} {'start s':>7} {'JCT s':>7}"
+             f" {'target s':>8}"]  # fmt: skip
     for row in result["jobs"]:
         accuracy = f"{row['accuracy']:.1%}" if row["accuracy"] is not None else "-"
+        if row.get("test_loss") is not None:
+            accuracy = f"{row['test_loss']:.3f}"  # a language model's test loss
+        reached = "-" if row.get("time_to_target") is None else f"{row['time_to_target']:.2f}"
         lines.append(f"{row['policy']:7} {row['job']:14} {row['method']:16} {row['step_time_median']:7.3f} "
-                     f"{row['tx_bytes_per_worker_step']:17,.0f} {row['final_loss']:7.3f} {accuracy:>6} {row['start']:7.1f} {row['jct']:7.2f}")  # fmt: skip
+                     f"{row['tx_bytes_per_worker_step']:17,.0f} {row['final_loss']:7.3f} {accuracy:>6} {row['start']:7.1f} {row['jct']:7.2f}"
+                     f" {reached:>8}")  # fmt: skip
     for policy, services in result["counters"].items():
         if policy.startswith("link_"):
             what = {"link_loss_drops": "the loss rules", "link_queue_drops": "full link queues"}.get(policy, "full UDP socket buffers")
@@ -222,7 +238,30 @@ def plot(out: Path, steps: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> 
     axes.set_xticks(range(len(jobs)), labels, fontsize="small")
     axes.set(ylabel="median step time (s)", title="Step time per job")
     made.append(_save(figure, out / "step_time.png"))
+    if any(r.get("target") is not None for r in jobs):
+        made.append(plot_time_to_target(out, steps, jobs, plt))
     return made
+
+
+def plot_time_to_target(out: Path, steps: list[dict[str, Any]], jobs: list[dict[str, Any]], plt: Any) -> str:
+    """Left, each job's evaluations against wall time and its target; right, the time each reached it (none: not reached)."""
+    figure, (curves, bars) = plt.subplots(1, 2, figsize=(13, 5))
+    metric = "test_loss" if any(r.get("test_loss") is not None for r in jobs) else "accuracy"
+    for row in jobs:
+        points = [r for r in steps if (r["policy"], r["job"]) == (row["policy"], row["job"]) and r[metric] != ""]
+        curves.plot([r["wall"] for r in points], [r[metric] for r in points], marker=".", label=f"{row['job']} ({row['method']})")
+    for target in {r["target"] for r in jobs if r.get("target") is not None}:
+        curves.axhline(target, color="black", linestyle="--", linewidth=0.8)
+    curves.set(xlabel="wall time since training began (s)", ylabel=metric.replace("_", " "), title=f"Test {metric.replace('test_', '')} and the target")
+    curves.legend(fontsize="small")
+    labels = [f"{r['job']}\n{r['policy']}" for r in jobs]
+    bars.bar(range(len(jobs)), [r["time_to_target"] or 0 for r in jobs])
+    for i, row in enumerate(jobs):
+        if row.get("time_to_target") is None:
+            bars.text(i, 0, "not\nreached", ha="center", va="bottom", fontsize="small")
+    bars.set_xticks(range(len(jobs)), labels, fontsize="small", rotation=45, ha="right")
+    bars.set(ylabel="time to target (s)", title="Time to the target")
+    return _save(figure, out / "time_to_target.png")
 
 
 def _save(figure: Any, path: Path) -> str:

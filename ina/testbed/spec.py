@@ -19,11 +19,12 @@ from typing import Any, Callable, Optional
 from ina.switch.config import POLICIES, QUEUES
 from ina.transport.priority import POLICIES as PRIORITY_POLICIES
 
-HOOKS = ("fp32", "fp16", "powersgd", "thc")
-"""fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; thc: ina's hook."""
+HOOKS = ("fp32", "fp16", "powersgd", "topk", "thc")
+"""fp32: DDP's own allreduce; fp16, powersgd: torch's comm hooks; topk: ina.topk's baseline; thc: ina's hook."""
 TRANSPORTS = ("collective", "switch", "ps")
 TARGETS = ("software", "bmv2")
-DATASETS = ("digits",)
+MODELS = {"mlp": ("digits", 0.05), "convnet": ("digits", 0.1), "transformer": ("pydoc", 0.003)}
+"""Each model kind of ina.workloads: its data set and its default learning rate."""
 MAX_HOSTS = 200
 
 
@@ -64,6 +65,10 @@ class Job:
     hosts: tuple[int, ...] = ()  # worker host of each rank (a host of several ranks: a multi-GPU node); default 0..workers-1
     hierarchy: str = "auto"  # thc: "node" sums a host's ranks first (docs/transport.md, "Two levels"), "flat" never, "auto" when a host has several
     hidden: tuple[int, ...] = (256,)  # the MLP's hidden layer widths
+    kind: str = "mlp"  # the model (ina.workloads): mlp, convnet or transformer
+    width: int = 0  # convnet: the first stage's channels; transformer: the model dimension; 0: the kind's default
+    target: Optional[float] = None  # the test accuracy (a language model: the test loss) whose first wall time is time_to_target
+    ratio: float = 0.01  # topk: the fraction of each bucket's coordinates sent
     data: str = "digits"
     steps: int = 60
     batch: int = 64  # global batch, split evenly over the workers
@@ -92,6 +97,15 @@ class Job:
     def method(self) -> str:
         """A short label: 'fp32', 'fp16', 'powersgd', or 'thc4-switch'."""
         return f"thc{self.bits}-{self.transport}" if self.hook == "thc" else self.hook
+
+    @property
+    def metric(self) -> str:
+        """What the evaluation reports: a classifier's test accuracy (higher is better), a language model's test loss."""
+        return "test_loss" if self.kind == "transformer" else "accuracy"
+
+    def reached(self, value: float) -> bool:
+        """Whether an evaluation's `value` meets the target."""
+        return self.target is not None and (value <= self.target if self.metric == "test_loss" else value >= self.target)
 
     @property
     def uses_aggregators(self) -> bool:
@@ -282,16 +296,22 @@ def _job(fields: _Fields, index: int) -> Job:
     if len(hosts) != workers or any(not isinstance(h, int) or h < 0 for h in hosts):
         raise SpecError(f"{fields.where}.hosts: {list(hosts)}: give {workers} worker host numbers (0, 1, ...), one per rank")
     model = _Fields(fields.take("model", dict, {}), f"{fields.where}.model")
+    kind = model.take("kind", str, Job.kind, check=_one_of(tuple(MODELS)))
+    width = model.take("width", int, Job.width, check=_between(0, 4096))
+    if kind != "mlp" and "hidden" in model.given:
+        raise SpecError(f"{fields.where}.model.hidden: only the mlp takes it (the {kind}'s size is its width)")
     hidden = model.take("hidden", list, list(Job.hidden))
     if not hidden or any(not isinstance(h, int) or not 1 <= h <= 65536 for h in hidden):
         raise SpecError(f"{fields.where}.model.hidden: {hidden!r}: give a list of layer widths, e.g. [256] or [2048, 2048]")
     model.done()
     values: dict[str, Any] = dict(
-        name=name, workers=workers, hosts=hosts, hidden=tuple(hidden),
-        data=fields.take("data", str, Job.data, check=_one_of(DATASETS)),
+        name=name, workers=workers, hosts=hosts, hidden=tuple(hidden), kind=kind, width=width,
+        data=fields.take("data", str, MODELS[kind][0], check=_one_of((MODELS[kind][0],))),
+        target=fields.take("target", float, None, check=_between(0, 100)),
+        ratio=fields.take("ratio", float, Job.ratio, check=_between(1e-6, 1)),
         steps=fields.take("steps", int, Job.steps, check=_between(1, 10**7)),
         batch=fields.take("batch", int, Job.batch, check=_between(1, 1_000_000)),
-        lr=fields.take("lr", float, Job.lr, check=_between(1e-9, 100)),
+        lr=fields.take("lr", float, MODELS[kind][1], check=_between(1e-9, 100)),
         hook=fields.take("hook", str, Job.hook, check=_one_of(HOOKS)),
         transport=fields.take("transport", str, Job.transport, check=_one_of(TRANSPORTS)),
         bits=fields.take("bits", int, Job.bits, check=_between(1, 8)),
@@ -320,8 +340,10 @@ def _job(fields: _Fields, index: int) -> Job:
         for option in ("transport", "priority", "priority_policy", "window", "min_rto", "failover", "failback", "hierarchy"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
-    if job.hook == "powersgd" and job.warm_up < 2:
-        raise SpecError(f"{fields.where}.warm_up: powersgd needs at least 2 steps of plain allreduce, got {job.warm_up}")
+    if job.hook != "topk" and "ratio" in fields.given:
+        raise SpecError(f"{fields.where}.ratio: only topk jobs take it (hook is {job.hook!r})")
+    if job.hook in ("powersgd", "topk") and job.warm_up < 2:
+        raise SpecError(f"{fields.where}.warm_up: {job.hook} needs at least 2 steps of plain allreduce, got {job.warm_up}")
     if job.hook == "thc":
         from ina.compression import THCConfig
 

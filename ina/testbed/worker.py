@@ -3,11 +3,12 @@
 It runs in its worker host with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT; gloo over the emulated links, GLOO_SOCKET_IFNAME naming the host's interface)
 and, for THC through the switch or the PS, the INA_* variables of docs/transport.md. It trains
-ina demo's model (``ina.demo_training``) on digits with the job's hook and writes, as it goes,
+the job's model (``ina.workloads``: ina demo's MLP, a convnet or a transformer) with its optimiser
+and schedule and the job's hook, and writes, as it goes,
 one JSON line per step to ``OUT_DIR/rank<R>.jsonl``: step, wall time since training began, the
 step's own time, this rank's loss, the bytes its interface sent and received during the step,
 the bytes the hook handed to its transport, and (rank 0, every ``eval_every`` steps) the test
-accuracy. Rank 0 ends with ``OUT_DIR/summary.json`` and the final parameters (``params.pt``,
+accuracy (for a language model, the test loss). Rank 0 ends with ``OUT_DIR/summary.json`` and the final parameters (``params.pt``,
 their SHA-256 in the summary), so that runs can be compared bit for bit.
 """
 
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ina.demo_training import Digits, batches_of, mlp
+from ina.demo_training import batches_of
 from ina.testbed import clock
 from ina.testbed.spec import Job, job_from_json
 
@@ -60,6 +61,12 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
                                             start_powerSGD_iter=job.warm_up, random_seed=job.seed)  # fmt: skip
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return None
+    if job.hook == "topk":
+        from ina.topk import TopKState, topk_hook
+
+        topk = TopKState(ratio=job.ratio, start_iter=job.warm_up)
+        ddp.register_comm_hook(topk, topk_hook)
+        return topk
     from ina.hook import THCState, thc_hook
     from ina.transport import create_transport
     from ina.transport.priority import POLICIES, FixedPriority
@@ -79,8 +86,10 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
 
 def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
     rank, workers = dist.get_rank(), dist.get_world_size()
-    data = Digits.load(job.seed)
-    model = mlp(data.x_train.shape[1], job.hidden, job.seed)
+    from ina.workloads import build
+
+    workload = build(job.kind, job.width, job.seed, job.hidden)
+    model = workload.model
     parameters = sum(p.numel() for p in model.parameters())
     options = {}
     if job.hook == "powersgd":
@@ -89,10 +98,10 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         options["bucket_cap_mb"] = 1 + sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     ddp = DistributedDataParallel(model, **options)
     state = attach_hook(job, ddp)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=job.lr, momentum=0.9)
-    batches = batches_of(len(data.x_train), job.batch, torch.Generator().manual_seed(job.seed))
+    optimizer, schedule = workload.optimizer(ddp.parameters(), job.lr, job.steps)
+    batches = batches_of(workload.train_size, job.batch, torch.Generator().manual_seed(job.seed))
     share = job.batch // workers
-    accuracy = None
+    evaluated = None
     log = (out / f"rank{rank}.jsonl").open("w")
     began = clock.wait_for_start(out, rank, job.start, TIMEOUT.total_seconds())
     sent, received = interface_bytes(interface)
@@ -101,10 +110,7 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         start = time.monotonic()
         time.sleep(job.compute)  # an accelerator's forward and backward: time, no CPU
         batch = next(batches)[rank * share : (rank + 1) * share]
-        loss = torch.nn.functional.cross_entropy(ddp(data.x_train[batch]), data.y_train[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = workload.train_step(ddp, optimizer, schedule, batch)
         end = time.monotonic()
         now_sent, now_received = interface_bytes(interface)
         record: dict[str, Any] = {"step": step, "wall": end - began, "step_time": end - start, "loss": loss.item(),
@@ -114,13 +120,13 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
             record["hook_bytes"], handed = state.bytes_sent - handed, state.bytes_sent
             record["path"] = getattr(state, "transport", None) and getattr(inner(state.transport), "path", None)
         if rank == 0 and ((step + 1) % job.eval_every == 0 or step + 1 == job.steps):
-            accuracy = evaluate(model, data)
-            record["accuracy"] = accuracy
+            evaluated = workload.evaluate(model)
+            record[job.metric] = evaluated
         log.write(json.dumps(record) + "\n")
         log.flush()
     log.close()
     trained = time.monotonic() - began
-    if state is not None:
+    if hasattr(state, "transport"):
         dist.barrier()  # every rank has every result: the job may leave its switch and PS
         state.transport.close()
     summary: dict[str, Any] = {"rank": rank, "train_time": trained}
@@ -128,7 +134,7 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         torch.save(model.state_dict(), out / "params.pt")
         transport = inner(getattr(state, "transport", None))
-        summary.update(accuracy=accuracy, final_loss=loss.item(), parameters=parameters,
+        summary.update({"accuracy": None, job.metric: evaluated}, final_loss=loss.item(), parameters=parameters,
                        params_sha256=hashlib.sha256(flat.numpy().tobytes()).hexdigest(),
                        job_id=getattr(transport, "job", None), transport_counters=getattr(transport, "counters", {}))  # fmt: skip
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -138,11 +144,6 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
 def inner(transport: Any) -> Any:
     """The transport that reaches the aggregators: a two-level job's rank 0 leads its node through `inner`."""
     return getattr(transport, "inner", transport)
-
-
-def evaluate(model: torch.nn.Module, data: Digits) -> float:
-    with torch.no_grad():
-        return (model(data.x_test).argmax(dim=1) == data.y_test).float().mean().item()
 
 
 def main(argv: list[str]) -> int:
