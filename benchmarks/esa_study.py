@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ina.switch.config import QUEUES
 from ina.testbed import spec
 
 
@@ -116,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_file", nargs="?", default="testbed/rack.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--queues", nargs="+", choices=("priority", "fifo"), default=["priority", "fifo"])
+    parser.add_argument("--queues", nargs="+", choices=QUEUES, default=list(QUEUES))
     parser.add_argument("--policy", default="", help="the policies, comma-separated (default: the run file's)")
     parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
     parser.add_argument("--pool", type=int, help="override the run file's switch.pool (larger than every window: no contention)")

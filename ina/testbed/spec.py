@@ -230,9 +230,9 @@ def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = N
     given = {"policy": policy.split(",") if policy else None, "queues": queues, "pool": pool, "result_copies": result_copies}
     switch = {name: value for name, value in asdict(run.switch).items() if name != "policies"} | {"policy": list(run.switch.policies)}
     checked = _switch(_Fields(switch | {name: value for name, value in given.items() if value is not None}, "switch"))
-    jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
     if seed is not None and not 0 <= seed <= 2**31 - 1:
         raise SpecError(f"--seed {seed}: must be between 0 and {2**31 - 1}")
+    jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
     return replace(run, switch=checked, jobs=jobs)
 
 
