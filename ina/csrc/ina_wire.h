@@ -17,11 +17,11 @@
 #define INA_HEADER_BYTES 20
 #define INA_MAX_WORKERS 32
 #define INA_MAX_INDEX_BITS 8
-#define INA_KNOWN_FLAGS 0x07u
+#define INA_KNOWN_FLAGS 0x0Fu
 #define INA_SEQ_MASK 0xFFFFFFFFu
 
 enum ina_kind { INA_DATA = 1, INA_RESULT = 2, INA_PARTIAL = 3, INA_FLUSH = 4, INA_STATUS = 5, INA_FETCH = 6, INA_SWEEP = 7 };
-enum ina_flag { INA_FLAG_RESEND = 0x01, INA_FLAG_MAX = 0x02, INA_FLAG_HOLD = 0x04 };
+enum ina_flag { INA_FLAG_RESEND = 0x01, INA_FLAG_MAX = 0x02, INA_FLAG_HOLD = 0x04, INA_FLAG_SPINE = 0x08 };
 
 typedef struct {
     uint8_t kind, flags, rank, priority, index_bits, lane_bits;

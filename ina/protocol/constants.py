@@ -37,6 +37,9 @@ class Flag(IntFlag):
     RESEND = 0x01
     MAX = 0x02
     HOLD = 0x04  # a RESULT the switch holds its slot for until the PS returns it (policy atp)
+    SPINE = 0x08  # a racked job's spine level: rank is a rack, bitmap counts racks (section 10)
 
 
-KNOWN_FLAGS = int(Flag.RESEND | Flag.MAX | Flag.HOLD)
+KNOWN_FLAGS = int(Flag.RESEND | Flag.MAX | Flag.HOLD | Flag.SPINE)
+MAX_RACKS = 32
+"""The most racks (leaves) one job spans (section 10): the spine's bitmap has 32 bits."""

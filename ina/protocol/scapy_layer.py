@@ -28,7 +28,7 @@ class INA(Packet):
         XByteField("magic", MAGIC),
         ByteField("version", VERSION),
         ByteEnumField("kind", Kind.DATA, {k.value: k.name for k in Kind}),
-        FlagsField("flags", 0, 8, ["RESEND", "MAX", "HOLD"]),
+        FlagsField("flags", 0, 8, ["RESEND", "MAX", "HOLD", "SPINE"]),
         ShortField("job", 0),
         ByteField("rank", 0),
         ByteField("priority", 0),
