@@ -45,12 +45,13 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class Uplink:
-    """A leaf's way up (docs/protocol.md, section 10): the spine's data address, the leaf's rack there, and
-    the slots the spine gave the job (every level uses the same) in a pool of `pool` slots."""
+    """A leaf's way up (docs/protocol.md, section 10): the spine's data address, the leaf's rack there of the
+    job's `racks`, and the slots the spine gave the job (every level uses the same) in a pool of `pool` slots."""
 
     host: str
     port: int
     rack: int
+    racks: int
     slot_base: int
     span: int
     pool: int
@@ -60,8 +61,8 @@ class Uplink:
         return (self.host, self.port)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.rack < MAX_RACKS:
-            raise ValueError(f"uplink rack {self.rack} must be in 0..{MAX_RACKS - 1}")
+        if not 2 <= self.racks <= MAX_RACKS or not 0 <= self.rack < self.racks:
+            raise ValueError(f"uplink: rack {self.rack} of {self.racks} racks; need 2 <= racks <= {MAX_RACKS} and 0 <= rack < racks")
         if self.pool < 1 or self.pool & (self.pool - 1) or self.span < 1 or self.span & (self.span - 1) or self.span > self.pool:
             raise ValueError(f"uplink span {self.span} and pool {self.pool} must be powers of two, span <= pool")
         if not 0 <= self.slot_base < self.pool:
@@ -70,12 +71,13 @@ class Uplink:
     @classmethod
     def parse(cls, value: Any) -> Uplink:
         if not isinstance(value, dict):
-            raise ValueError(f"uplink: expected {{'host', 'port', 'rack', 'slot_base', 'span', 'pool'}}, got {value!r}")
+            raise ValueError(f"uplink: expected {{'host', 'port', 'rack', 'racks', 'slot_base', 'span', 'pool'}}, got {value!r}")
         endpoint = Endpoint.parse(value, "uplink")
         try:
-            return cls(endpoint.host, endpoint.port, *(int(value[name]) for name in ("rack", "slot_base", "span", "pool")))
+            numbers = [int(value[name]) for name in ("rack", "racks", "slot_base", "span", "pool")]
         except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"uplink: {error}; expected rack, slot_base, span and pool as integers") from None
+            raise ValueError(f"uplink: {error!r}; expected rack, racks, slot_base, span and pool as integers") from None
+        return cls(endpoint.host, endpoint.port, *numbers)
 
 
 LEVELS = ("spine",)
