@@ -25,8 +25,9 @@ from ina.switch.config import SwitchConfig
 from ina.switch.core import COUNTERS
 from ina.switch.state import Jobs
 
-RELEASES = ("releases", "release_hits")
-"""atp's counters, which a P4 program (running esa, fcfs or static) never counts: always 0 here."""
+UNCOUNTED = ("releases", "release_hits", "sent_up", "descended")
+"""atp's counters and a leaf's (docs/protocol.md, section 10), which a P4 program (running esa, fcfs or static, as a
+job's only switch) never counts: always 0 here."""
 
 
 def _key(key_id: int, seq: int) -> dict[str, Any]:
@@ -65,6 +66,9 @@ class P4Switch:
         return self.settings.to_json() | target
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
+        if spec.level or spec.uplink:
+            raise ValueError(f"job {spec.job}: the P4 programs serve a job as its only switch; a racked job's leaves and "
+                             "spine (docs/protocol.md, section 10) run on the software switch (ina switch --target software)")  # fmt: skip
         with self._lock:
             entry = self.table.add(spec)
             try:
@@ -100,7 +104,7 @@ class P4Switch:
     def counters(self) -> dict[str, int]:
         with self._lock:
             read = self.device.counter
-            counts = dict.fromkeys(RELEASES, 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
+            counts = dict.fromkeys(UNCOUNTED, 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
             counts |= {name: read("outcomes", i) for i, name in enumerate(OUTCOMES)}
             counts |= {name: read("events", i) for i, name in enumerate(EVENTS)}
         return {name: counts[name] for name in COUNTERS}

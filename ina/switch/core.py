@@ -31,7 +31,7 @@ from ina.protocol import HEADER_LEN, Flag, Kind
 from ina.protocol.constants import FLAGS_OFFSET
 from ina.protocol.header import valid_mask
 from ina.switch.config import SwitchConfig
-from ina.switch.state import Jobs, Slots, TargetSet, key_job, key_op, key_seq, make_keys, target_set
+from ina.switch.state import Jobs, Role, Slots, TargetSet, key_job, key_op, key_seq, make_keys, target_set
 from ina.switch.wire import Batch, decode, encode
 
 DROPS = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format", "duplicate")
@@ -39,6 +39,7 @@ EVENTS = (
     "claimed",  # a chunk took a slot (free, stale replacement or preemption)
     "aggregated",  # a contribution was added to the slot's partial
     "completed",
+    "sent_up",  # a leaf's completed chunk: its rack's sum sent to the spine (docs/protocol.md, section 10)
     "preempted",
     "collision",
     "redirected",
@@ -49,7 +50,8 @@ EVENTS = (
     "flush_requests",
     "flush_hits",  # a FLUSH found its chunk in the slot: partial flushed
     "releases",  # atp: a RESULT the PS returned, sent on to the job's workers
-    "release_hits",  # ... that found its held result in the slot: slot freed
+    "release_hits",  # ... that found its held result in the slot (or, at a leaf under atp, its held sum): slot freed
+    "descended",  # a leaf: a RESULT from the spine, sent on to the rack's workers
     "swept",
 )
 COUNTERS = ("rx_packets", "tx_packets", *DROPS, *EVENTS)
@@ -57,13 +59,14 @@ JOB_COUNTERS = ("completed", "preempting", "preempted", "collisions")
 """Per job: chunks it completed in the switch, slots its packets took from other jobs, slots other
 jobs took from it, and its packets that met another job's chunk and went to the PS."""
 OUTCOMES = (*DROPS, "redirected", "flushed", "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests",
-            "releases")
+            "releases", "descended")
 """Every received packet is counted under exactly one of these: they sum to rx_packets
-(stale and preempted packets also claim; completed, flush_hits, release_hits and swept are further events)."""
+(stale and preempted packets also claim; completed, sent_up, flush_hits, release_hits and swept are further events)."""
 
 # Plain ints: numpy compares an array with an IntEnum member several times slower than with an int.
 _DATA, _FLUSH, _RESULT = int(Kind.DATA), int(Kind.FLUSH), int(Kind.RESULT)
-_MAX, _RESEND, _HOLD = int(Flag.MAX), int(Flag.RESEND), int(Flag.HOLD)
+_MAX, _RESEND, _HOLD, _SPINE = int(Flag.MAX), int(Flag.RESEND), int(Flag.HOLD), int(Flag.SPINE)
+_LEAF, _SPINE_ROLE = int(Role.LEAF), int(Role.SPINE)
 
 
 
@@ -101,8 +104,9 @@ class _Packets:
     """The accepted DATA and FLUSH packets of a batch, one array entry per packet."""
 
     index: np.ndarray  # position in the batch
-    data: np.ndarray  # DATA (else FLUSH, or a release)
+    data: np.ndarray  # DATA (else FLUSH, a release or a descent)
     release: np.ndarray  # a RESULT with HOLD returned by the PS (atp)
+    descend: np.ndarray  # a leaf: a RESULT from the spine
     resend: np.ndarray
     job: np.ndarray  # job table row
     seq: np.ndarray
@@ -224,16 +228,18 @@ class SwitchCore:
         self._count("malformed", ~ok)
         kind = head["kind"]
         data = kind == _DATA
-        release = (kind == _RESULT) & self._hold
-        wanted = data | (kind == _FLUSH) | release
-        self._count("unexpected", ok & ~wanted)
-        ok &= wanted
-
         job = head["job"].astype(np.int64)
         row = table.index[job]
         safe = np.maximum(row, 0)
+        role = np.where(row >= 0, table.role[safe], int(Role.ONLY))
+        descend = (kind == _RESULT) & (role == _LEAF)
+        release = (kind == _RESULT) & self._hold & ~descend
+        wanted = data | (kind == _FLUSH) | release | descend
+        self._count("unexpected", ok & ~wanted)
+        ok &= wanted
+
         rank = np.minimum(head["rank"].astype(np.int64), 31)
-        source = np.where(data, table.worker_id[safe, rank], table.ps_id[safe])
+        source = np.where(data, table.worker_id[safe, rank], np.where(descend, table.up_id[safe], table.ps_id[safe]))
         known = (row >= 0) & (~data | (head["rank"] < table.fanin[safe])) & (batch.source == source)
         self._count("unregistered", ok & ~known)
         ok &= known
@@ -246,8 +252,11 @@ class SwitchCore:
         flags = head["flags"]
         op = (flags & _MAX) != 0
         lanes = np.where(op, 32, table.lane_bits[safe])
-        formatted = ~data | ((head["index_bits"] == 0) & (head["lane_bits"] == lanes))
+        spine = (flags & _SPINE) != 0  # a packet of the spine level: DATA at a spine, a RESULT going down (section 10)
+        formatted = ~data | ((head["index_bits"] == 0) & (head["lane_bits"] == lanes) & (spine == (role == _SPINE_ROLE)))
+        formatted &= ~(data & (role == _SPINE_ROLE) & ((flags & _RESEND) != 0))  # a leaf never resends its sum
         formatted &= ~release | (((flags & _HOLD) != 0) & (head["bitmap"] == table.full[safe]))
+        formatted &= ~descend | (spine & (head["bitmap"] == table.racks_full[safe]))
         self._count("bad_format", ok & ~formatted)
         ok &= formatted
 
@@ -256,6 +265,7 @@ class SwitchCore:
             index=i,
             data=data[i],
             release=release[i],
+            descend=descend[i],
             resend=(flags[i] & _RESEND) != 0,
             job=row[i],
             seq=seq[i],
@@ -328,9 +338,9 @@ class SwitchCore:
         # a one-worker chunk completes wherever it goes: evicting a victim for it would gain nothing
         preempt = other_job & first & (self.settings.policy == "esa") & (p.prio > prio) & (self.table.fanin[p.job] > 1)
         collision = other_job & first & ~preempt
-        flush = ~p.data & ~p.release
+        flush = ~p.data & ~p.release & ~p.descend
         flush_hit = flush & (key == p.key)
-        release_hit = p.release & (key == p.key) & (held == self.table.full[p.job])
+        release_hit = (p.release | (p.descend & self._hold)) & (key == p.key) & (held == self.table.full[p.job])
 
         evict = resend_flush | stale | preempt | flush_hit
         out.add(p.index[evict], *self._partials(s[evict], key[evict]))
@@ -352,6 +362,8 @@ class SwitchCore:
         results = batch.raw[returned].copy()
         results[:, FLAGS_OFFSET] &= ~np.uint8(_HOLD)
         out.add(returned, results, batch.lengths[returned], target_set(p.job[p.release], TargetSet.WORKERS))
+        down = p.index[p.descend]
+        out.add(down, batch.raw[down], batch.lengths[down], target_set(p.job[p.descend], TargetSet.WORKERS))  # unchanged
 
         self._count_jobs("preempting", p.key[preempt])
         self._count_jobs("preempted", key[preempt])
@@ -360,7 +372,7 @@ class SwitchCore:
             ("redirected", redirected), ("bad_format", misfit), ("duplicate", duplicate), ("flushed", resend_flush),
             ("aggregated", add), ("claimed", claim), ("stale", stale), ("preempted", preempt),
             ("collision", collision), ("flush_requests", flush), ("flush_hits", flush_hit),
-            ("releases", p.release), ("release_hits", release_hit),
+            ("releases", p.release), ("release_hits", release_hit), ("descended", p.descend),
             ("resend_forwarded", p.resend & (free | same_job | other_job)),
             ("straggler", same_job & first & ~stale),
         ):  # fmt: skip
@@ -385,14 +397,19 @@ class SwitchCore:
         slots.touched[s] = now
 
     def _complete(self, s: np.ndarray, job: np.ndarray, index: np.ndarray, out: _Out) -> None:
-        """Slots whose bitmap is full send their RESULT (attached to packet `index`) and free; under atp the
-        RESULT goes to the PS alone, flagged HOLD, and the slot stays held until the PS returns it."""
+        """Slots whose bitmap is full send their RESULT (attached to packet `index`), or at a leaf their rack's sum up to
+        the spine, and free; under atp the RESULT goes to the PS alone, flagged HOLD, and the slot stays held until the
+        PS returns it (at a leaf: until the spine's RESULT passes down)."""
         done = self.slots.bitmap[s] == self.table.full[job]
-        out.add(index[done], *self._results(s[done]))
+        up = done & (self.table.role[job] == _LEAF)
+        down = done & ~up
+        out.add(index[down], *self._results(s[down]))
+        out.add(index[up], *self._sums_up(s[up], job[up]))
         self._count_jobs("completed", self.slots.key[s[done]])
         if not self._hold:
             self.slots.key[s[done]] = 0
         self._count("completed", done)
+        self._count("sent_up", up)
 
     def _partials(self, s: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """PARTIALs (bitmap, sums, priority) of slots `s` holding `key`, each for its job's PS."""
@@ -404,18 +421,27 @@ class SwitchCore:
         slots = self.slots
         return self._chunks(Kind.RESULT, s, slots.key[s], np.zeros(s.size, np.int64), slots.bitmap[s], hold=self._hold)
 
-    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray,
-                hold: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    def _sums_up(self, s: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A leaf's completed slots `s` as DATA of its rack (rank and bit its rack, the slot's priority) for its spine."""
+        rack = self.table.rack[row]
+        bit = (np.uint32(1) << rack.astype(np.uint32)).astype(np.uint32)
+        return self._chunks(Kind.DATA, s, self.slots.key[s], self.slots.prio[s], bit, rank=rack, target=TargetSet.UP)
+
+    def _chunks(self, kind: Kind, s: np.ndarray, key: np.ndarray, prio: np.ndarray, bitmap: np.ndarray, hold: bool = False,
+                rank: np.ndarray | int = 0, target: TargetSet | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """Encoded packets for slots `s`, their lengths (the words of each slot's chunk) and their target sets
-        (a job's RESULT set, or its PS: a PARTIAL, or a RESULT flagged `hold`)."""
+        (`target`, else a job's RESULT set, or its PS: a PARTIAL, or a RESULT flagged `hold`). What a leaf sends up and
+        what a spine sends carry SPINE (docs/protocol.md, section 10)."""
         table = self.table
         job = key_job(key)
         row = table.index[job]
         op = key_op(key)
         lanes = np.where(op, 32, table.lane_bits[row])
-        rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s], hold=hold)
-        to_ps = kind == Kind.PARTIAL or hold
-        return rows, HEADER_LEN + 4 * self.slots.words[s], target_set(row, TargetSet.PS if to_ps else self._result_set)
+        spine = (table.role[row] == _SPINE_ROLE) | (kind == Kind.DATA)
+        rows = encode(kind, job, key_seq(key), op, prio, s, lanes, bitmap, self.slots.value[s], hold=hold, spine=spine, rank=rank)
+        if target is None:
+            target = TargetSet.PS if kind == Kind.PARTIAL or hold else self._result_set
+        return rows, HEADER_LEN + 4 * self.slots.words[s], target_set(row, target)
 
 
 def waiting_in(key: np.ndarray, bitmap: np.ndarray) -> Waiting:

@@ -119,7 +119,16 @@ class TargetSet(IntEnum):
 
     RESULT = 0  # every worker (its RESULT group, else each) and the PS
     PS = 1
-    WORKERS = 2  # every worker alone: a RESULT without its PS copy, or a held result the PS returned (atp)
+    WORKERS = 2  # every worker alone: a RESULT without its PS copy, a held result the PS returned (atp), a RESULT going down
+    UP = 3  # a leaf's spine (docs/protocol.md, section 10); a job of one switch: none
+
+
+class Role(IntEnum):
+    """How a switch serves a job (docs/protocol.md, section 10)."""
+
+    ONLY = 0  # the job's only switch
+    LEAF = 1  # sums its rack, sends the sum up
+    SPINE = 2  # sums the leaves
 
 
 SETS = len(TargetSet)
@@ -151,7 +160,9 @@ class Jobs:
         _check_registration(spec, self.pool, self.entries)
         restored = placement()
         partition = 1 << (spec.window - 1).bit_length()
-        if self.policy == "static":
+        if spec.uplink is not None:  # a leaf: the slots its spine gave the job
+            slot_base, span, slots = self._uplink_base(spec, partition)
+        elif self.policy == "static":
             slot_base, span, slots = self._choose_partition(spec.job, partition, restored), partition, partition
         elif restored is not None:
             slot_base, span, slots = self._restored_base(spec.job, restored), restored[1], spec.window
@@ -187,6 +198,23 @@ class Jobs:
             raise ValueError(f"job {job} held slot_base {slot_base} (span {span}), which this pool of {self.pool} "
                              f"slots under {self.policy!r} cannot give back")  # fmt: skip
         return slot_base
+
+    def _uplink_base(self, spec: JobSpec, partition: int) -> tuple[int, int | None, int]:
+        """slot_base, span and slots held of a leaf's job: those its spine chose, since a chunk has one slot at every
+        level (docs/protocol.md, section 10); under static the partition must be free here too."""
+        up = spec.uplink
+        assert up is not None
+        if up.pool != self.pool:
+            raise ValueError(f"job {spec.job}: its spine has a pool of {up.pool} slots and this leaf {self.pool}; every switch "
+                             "of a racked job needs the same --pool")  # fmt: skip
+        span = None if up.span == self.pool else up.span
+        if self.policy != "static":
+            return up.slot_base, span, spec.window
+        if span is None or up.span != partition or not self._is_free(up.slot_base, up.span):
+            raise ValueError(f"job {spec.job}: its spine gave it the slots {up.slot_base}..{up.slot_base + up.span - 1}, which "
+                             f"this static leaf has not free as a partition of {partition}; free them here (deregister the job "
+                             "that holds them) or run the job's switches under a shared policy")  # fmt: skip
+        return up.slot_base, span, partition
 
     def _held(self) -> np.ndarray:
         """Which slots registered jobs may use (a shared-pool job without a partition: every one)."""
@@ -241,7 +269,8 @@ class Jobs:
 
     def _rebuild(self) -> None:
         entries = list(self.entries.values())
-        self.addresses: list[Address] = sorted({ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps, e.spec.group) if ep})
+        self.addresses: list[Address] = sorted({ep.addr for e in entries for ep in (*e.spec.workers, e.spec.ps, e.spec.group, e.spec.uplink)
+                                                if ep})
         self.address_ids: dict[Address, int] = {addr: i for i, addr in enumerate(self.addresses)}
         count = max(len(entries), 1)
         self.index = np.full(1 << 16, -1, dtype=np.int64)
@@ -251,7 +280,11 @@ class Jobs:
         self.span_mask = np.zeros(count, dtype=np.int64)
         self.priority_cap = np.zeros(count, dtype=np.int64)
         self.lane_bits = np.zeros(count, dtype=np.int64)
+        self.role = np.zeros(count, dtype=np.int64)
+        self.rack = np.zeros(count, dtype=np.int64)  # a leaf's rack at its spine
+        self.racks_full = np.zeros(count, dtype=np.uint32)  # a leaf's job over its racks: a descending RESULT's bitmap
         self.ps_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
+        self.up_id = np.full(count, NO_ADDRESS - 1, dtype=np.int64)
         self.worker_id = np.full((count, 32), NO_ADDRESS - 1, dtype=np.int64)
         members: list[list[int]] = []  # job row r's target sets, by TargetSet: its RESULT's (the group or the workers, then the PS), ...
         for i, entry in enumerate(entries):
@@ -266,8 +299,16 @@ class Jobs:
             self.lane_bits[i] = spec.lane_bits
             self.ps_id[i] = self.address_ids[spec.ps.addr]
             self.worker_id[i, : spec.fanin] = [self.address_ids[w.addr] for w in spec.workers]
+            up: list[int] = []
+            if spec.uplink is not None:
+                self.role[i], self.rack[i] = Role.LEAF, spec.uplink.rack
+                self.racks_full[i] = (1 << spec.uplink.racks) - 1
+                self.up_id[i] = self.address_ids[spec.uplink.addr]
+                up = [int(self.up_id[i])]
+            elif spec.level == "spine":
+                self.role[i] = Role.SPINE
             receivers = [self.address_ids[spec.group.addr]] if spec.group else self.worker_id[i, : spec.fanin].tolist()
-            members += [[*receivers, int(self.ps_id[i])], [int(self.ps_id[i])], receivers]
+            members += [[*receivers, int(self.ps_id[i])], [int(self.ps_id[i])], receivers, up]
         self.set_size = np.array([len(m) for m in members] or [0], dtype=np.int64)
         self.set_start = np.cumsum(self.set_size) - self.set_size
         self.set_members = np.array([a for m in members for a in m], dtype=np.int64)
@@ -289,7 +330,13 @@ def _check_registration(spec: JobSpec, pool: int, entries: dict[int, JobEntry]) 
             f"job {spec.job} has index_bits {spec.index_bits} (PS-only mode) but the switch only adds lanes: "
             "register it with index_bits 0, or with the PS alone"
         )
-    for name, endpoint in [(f"workers[{r}]", w) for r, w in enumerate(spec.workers)] + [("ps", spec.ps)]:
+    if spec.racks:
+        raise ValueError(f"job {spec.job}: 'racks' and 'leaves' describe a racked job to its PS; register it with a switch as "
+                         "its spine ('level': 'spine', the leaves as workers) or as a leaf ('uplink')")  # fmt: skip
+    if (spec.level or spec.uplink) and spec.group is not None:
+        raise ValueError(f"job {spec.job}: a racked job's RESULTs are unicast (docs/protocol.md, section 10); register it without 'group'")
+    uplink = [("uplink", Endpoint(spec.uplink.host, spec.uplink.port))] if spec.uplink else []
+    for name, endpoint in [(f"workers[{r}]", w) for r, w in enumerate(spec.workers)] + [("ps", spec.ps)] + uplink:
         _check_ipv4(endpoint, f"job {spec.job} {name}")
 
 

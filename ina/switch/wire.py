@@ -48,11 +48,14 @@ def encode(
     bitmap: np.ndarray,
     values: np.ndarray,
     hold: bool = False,
+    spine: np.ndarray | bool = False,
+    rank: np.ndarray | int = 0,
 ) -> np.ndarray:
-    """RESULT or PARTIAL packets (rank 0, index_bits 0, RESEND clear; HOLD where `hold`) as rows of a uint8 matrix,
-    one per row of `values` (K words: a short chunk's packet is the row's first bytes)."""
+    """RESULT, PARTIAL or (a leaf's sum going up) DATA packets (index_bits 0, RESEND clear; HOLD where `hold`, SPINE
+    where `spine`) as rows of a uint8 matrix, one per row of `values` (K words: a short chunk's packet is the row's first bytes)."""
     head = new_headers(values.shape[0])
-    head["kind"], head["flags"] = int(kind), np.where(op, int(Flag.MAX), 0) | (int(Flag.HOLD) if hold else 0)
+    flags = np.where(op, int(Flag.MAX), 0) | np.where(spine, int(Flag.SPINE), 0) | (int(Flag.HOLD) if hold else 0)
+    head["kind"], head["flags"], head["rank"] = int(kind), flags, rank
     head["job"], head["seq"], head["priority"], head["slot"] = job, seq, priority, slot
     head["lane_bits"], head["bitmap"] = lane_bits, bitmap
     return packet_rows(head, values)
