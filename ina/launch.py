@@ -224,3 +224,47 @@ class LocalAggregators:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LocalRacks:
+    """Racks on loopback (docs/protocol.md, section 10): a PS, a spine and one leaf a rack, each a service of this
+    process on ports the OS picks, until :meth:`close`. ``racks`` lists the ranks under each leaf;
+    ``options(rank)`` are that worker's ``SwitchTransport`` options (its leaf, the spine, the PS). ``faults``
+    (an ``ina.switch.server.Faults``) applies at every switch; ``path`` picks the switches' core ("python",
+    "native", None: native where it built)."""
+
+    def __init__(self, racks: list[list[int]], words: int = 64, pool: int = 64, policy: str = "esa", faults: Any = None,
+                 path: str | None = None) -> None:  # fmt: skip
+        from ina.ps.native import ps_core
+        from ina.ps.server import PSServer
+        from ina.switch import SwitchConfig
+        from ina.switch.server import Faults, SwitchServer
+
+        local = (_HOST, 0)
+        self.rack_of = {rank: r for r, ranks in enumerate(racks) for rank in ranks}
+        self.services: list[Any] = [PSServer(ps_core(words), local, local).start()]
+        try:
+            for _ in range(len(racks) + 1):
+                config = SwitchConfig(pool=pool, words=words, policy=policy)
+                self.services.append(SwitchServer(config, local, local, faults=faults or Faults(), path=path).start())
+        except BaseException:
+            self.close()
+            raise
+        self.ps, self.spine, *self.leaves = self.services
+
+    def options(self, rank: int) -> dict[str, str]:
+        """Rank `rank`'s transport options: its rack's leaf as its switch, the spine and the PS."""
+        leaf = self.leaves[self.rack_of[rank]]
+        return {"switch": "%s:%d" % leaf.address, "switch_control": "%s:%d" % leaf.control_address,
+                "spine": "%s:%d" % self.spine.address, "spine_control": "%s:%d" % self.spine.control_address,
+                "ps": "%s:%d" % self.ps.address, "ps_control": "%s:%d" % self.ps.control_address}  # fmt: skip
+
+    def close(self) -> None:
+        for service in self.services:
+            service.close()
+
+    def __enter__(self) -> LocalRacks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

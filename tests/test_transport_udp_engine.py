@@ -138,7 +138,7 @@ def job(local: LocalAggregators, with_switch: bool, workers: int, lane_bits: int
     finally:
         for engine in engines:
             engine.close()
-        deregister(ps, switch, registration.job)
+        deregister([a for a in (ps, switch) if a is not None], registration.job)
 
 
 @pytest.mark.parametrize("with_switch, pad", [(True, False), (False, False), (True, True)], ids=["switch", "ps", "padded"])

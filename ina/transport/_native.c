@@ -464,8 +464,8 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"job", "rank", "workers", "words", "window", "destination", "other", "ps", "pool",
                             "slot_base", "span", "ps_only", "min_rto", "max_rto", "initial_rto", "peer_timeout",
                             "first_seq", "level", "reference_rate", "levels_per_doubling", "time_constant",
-                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", NULL};
-    unsigned job, rank, workers, words, window, pool, slot_base, span;
+                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", "racks", NULL};
+    unsigned job, rank, workers, words, window, pool, slot_base, span, racks = 0;
     unsigned long long first_seq;
     PyObject *destination, *other, *ps;
     int ps_only, level, served, pad = 0;
@@ -473,16 +473,16 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "the engine is set up already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpd", names, &job, &rank, &workers, &words,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpdI", names, &job, &rank, &workers, &words,
                                      &window, &destination, &other, &ps, &pool, &slot_base, &span, &ps_only,
                                      &self->min_rto, &self->max_rto, &self->initial_rto, &self->peer_timeout,
                                      &first_seq, &level, &self->reference_rate, &self->levels_per_doubling,
                                      &self->time_constant, &self->age_step, &self->decaying_bytes,
-                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset))
+                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset, &racks))
         return -1;
     if (job > 0xFFFF || workers < 1 || workers > INA_MAX_WORKERS || rank >= workers || words < 1 ||
         words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 || window < 1 || pool < 1 || (pool & (pool - 1)) ||
-        span < 1 || (span & (span - 1)) || level > 255) {
+        span < 1 || (span & (span - 1)) || level > 255 || racks == 1 || racks > INA_MAX_WORKERS) {
         PyErr_SetString(PyExc_ValueError, "an engine config out of range (EngineConfig checks it first)");
         return -1;
     }
@@ -498,7 +498,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         if (!PyArg_ParseTuple(ps, "II", &ip, &port)) return -1;
         self->ps = (ina_addr){ip, (uint16_t)port};
     }
-    self->job = (uint16_t)job, self->rank = (uint8_t)rank, self->full = (uint32_t)(((uint64_t)1 << workers) - 1);
+    self->job = (uint16_t)job, self->rank = (uint8_t)rank, self->full = (uint32_t)(((uint64_t)1 << (racks ? racks : workers)) - 1);
     self->words = words, self->window = window, self->slot_base = slot_base, self->ps_only = ps_only, self->pad = pad;
     self->window_pow2 = (window & (window - 1)) == 0;
     self->span_mask = span - 1, self->pool_mask = pool - 1, self->level = level;

@@ -19,7 +19,7 @@ import numpy as np
 from ina.net.frames import Frames
 from ina.net.node import Address, Datagram
 from ina.protocol import HEADER_DTYPE, Flag, Header, Kind, result_words
-from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_WORKERS
+from ina.protocol.constants import LANE_WIDTHS, MAX_INDEX_BITS, MAX_RACKS, MAX_WORKERS
 from ina.transport.chunks import SEQ_MASK, Chunk, Reduction, ResultStore, result_length
 from ina.transport.errors import TransportError
 from ina.protocol.batch import read_headers
@@ -69,6 +69,9 @@ class EngineConfig:
     pad: bool = False
     """Every DATA zero-padded to `words`: the switch takes only whole chunks (a P4 switch, docs/protocol.md,
     section 1). Else a reduction's last chunk carries only its words, a MAX one."""
+    racks: int = 0
+    """A racked job's racks (docs/protocol.md, section 10), whose RESULTs carry one bit a rack: `rank` and `workers`
+    are then this worker's place in its rack and the rack's size, and `destination` its rack's leaf. 0: one switch."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.job < 1 << 16:
@@ -88,9 +91,16 @@ class EngineConfig:
             raise ValueError("need 0 < min_rto <= initial_rto <= max_rto < peer_timeout")
         if not 0 <= self.failover < self.peer_timeout or self.failback < 0:
             raise ValueError(f"need 0 <= failover ({self.failover}) < peer_timeout ({self.peer_timeout}) and failback >= 0")
+        if self.racks == 1 or not 0 <= self.racks <= MAX_RACKS:
+            raise ValueError(f"racks must be 0 (one switch) or 2..{MAX_RACKS}, got {self.racks}")
         if self.destination not in self.sources or len(self.sources) > 2:
             raise ValueError(f"the result sources {set(self.sources)} must be the destination {self.destination} "
                              "and at most one other address (the switch and the PS)")
+
+    @property
+    def result_bitmap(self) -> int:
+        """The bitmap of every RESULT: one bit a worker, or a racked job's one bit a rack."""
+        return (1 << (self.racks or self.workers)) - 1
 
     @property
     def ps(self) -> Address | None:
@@ -161,7 +171,7 @@ class Engine:
         self.rtt = RttEstimator(config.initial_rto, config.min_rto, config.max_rto)
         self.counters: Counter[str] = Counter()
         self.error: TransportError | None = None
-        self._full = (1 << config.workers) - 1
+        self._full = config.result_bitmap
         self._next_seq = config.first_seq  # the next chunk submitted
         self._next_send = config.first_seq  # the next chunk sent for the first time
         self._next_handle = 0

@@ -34,6 +34,7 @@ from ina.control.http import ControlError
 from ina.net.multicast import enabled as multicast_enabled
 from ina.net.udp import SOCKET_BUFFER_BYTES
 from ina.protocol import MAX_WORKERS, result_words
+from ina.protocol.constants import MAX_RACKS
 from ina.protocol.packing import fields_per_word
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.engine import EngineConfig
@@ -41,6 +42,7 @@ from ina.transport.errors import TransportError, too_many_workers
 from ina.transport.groups import result_group
 from ina.transport.payload import pack_words, unpack_words
 from ina.transport.priority import PriorityPolicy
+from ina.transport.racks import RackedDeployment, RackPlan, locate_racked, register_racked
 from ina.transport.udp_engine import ServedEngine, serve_engine
 from ina.transport.udp_setup import (
     ENVIRONMENT,
@@ -97,6 +99,7 @@ class _UdpTransport(Transport):
         self,
         ps: Aggregator,
         switch: Optional[Aggregator],
+        spine: Optional[Aggregator] = None,
         *,
         bind: Optional[str] = None,
         job: Optional[int] = None,
@@ -126,7 +129,10 @@ class _UdpTransport(Transport):
             failover = min(5.0, peer_timeout / 4)
         if not 0 <= failover < peer_timeout or failback < 0:
             raise ValueError(f"need 0 <= failover < peer_timeout and failback >= 0, got {failover}, {peer_timeout}, {failback}")
-        self._ps, self._switch = ps, switch
+        self._ps, self._switch, self._spine = ps, switch, spine
+        if spine is not None:
+            self.max_workers = MAX_WORKERS * MAX_RACKS  # racks of 32 (docs/protocol.md, section 10)
+        self._lease = 0.0  # seconds of the job's lease at its aggregators (0: for ever), as registered
         self._bind, self._job, self._window = bind, job, window
         self._priority_cap, self._policy = priority_cap, policy
         self._multicast = multicast_enabled() if multicast is None else multicast
@@ -159,22 +165,49 @@ class _UdpTransport(Transport):
             raise ValueError("this transport serves a THCState already; build one transport per THCState")
         group, config = process_group, codec.config
         rank, workers = group.rank(), group.size()
-        if workers > self.max_workers:
-            raise too_many_workers(workers, self.max_workers, nodes=ranks is not None)
+        plan = self._rack_plan(group)
+        if plan is None and workers > MAX_WORKERS:
+            raise too_many_workers(workers, MAX_WORKERS, nodes=ranks is not None)
         self._config, self._workers, self._ranks = config, workers, ranks or workers
         self._attached = (codec, ranks)
         self._lane_bits = sum_lane_bits(self._ranks, config.granularity)
         self._index_bits = config.bits if self._switch is None and ranks is None else 0
+        if plan is None:
+            engine_config, sock, member, aggregators = self._register_one_switch(group)
+        else:
+            engine_config, sock, member, aggregators = self._register_racked(group, plan)
+        self.job, self._words = engine_config.job, engine_config.words
+        self._engine = serve_engine(engine_config, sock, self._policy, member)  # native where it is built
+        owner = (aggregators, engine_config.job) if rank == 0 else None
+        keeper = None
+        if owner is not None and self._lease:
+            keeper = LeaseKeeper(aggregators, engine_config.job, self._lease)
+        self._closer = weakref.finalize(self, _shut_down, self._engine, owner, keeper)
+        dist.barrier(group=group)
+        logger.info("job %d, rank %d: %s at %s:%d, window %d", engine_config.job, rank, type(self).__name__,
+                    *self._engine.address, engine_config.window)  # fmt: skip
+
+    def _rack_plan(self, group: dist.ProcessGroup) -> Optional[RackPlan]:
+        """With a spine, every rank's leaf gathered into racks (docs/protocol.md, section 10); None for a job of one
+        switch: no spine, or every worker under the same leaf."""
+        if self._spine is None or self._switch is None:
+            return None
+        leaves: list[Any] = [None] * group.size()
+        dist.all_gather_object(leaves, self._switch, group=group)
+        plan = RackPlan.of(leaves)
+        return plan if plan.racks > 1 else None
+
+    def _register_one_switch(self, group: dist.ProcessGroup) -> tuple[EngineConfig, Any, Any, list[Aggregator]]:
+        """The job under one switch (or PS-only): the engine's config, its socket and RESULT group socket, and the
+        aggregators the job is registered with."""
         deployment: Deployment = agree(group, lambda: self._deployment(locate(self._ps, self._switch)))
         sock = bind_socket(self._bind, deployment.destination)
+        aggregators = [a for a in (self._ps, self._switch) if a is not None]
         member = None
         try:
-            addresses = [None] * workers
-            dist.all_gather_object(addresses, sock.getsockname()[:2], group=group)
-            spec = self._spec(deployment, [tuple(a) for a in addresses])
+            spec = self._spec(deployment, self._gather_addresses(group, sock))
             if self._job is None:
-                spec = replace(spec, job=agree(group, lambda: free_job(self._ps, self._switch, deployment, spec.job)))
-            aggregators = [a for a in (self._ps, self._switch) if a is not None]
+                spec = replace(spec, job=agree(group, lambda: free_job(aggregators, deployment, spec.job)))
             member, address, grouped = result_group(group, aggregators, spec.job, deployment.destination[1], sock.getsockname()[0],
                                                     self._multicast)  # fmt: skip
             spec = replace(spec, group=Endpoint(*address))
@@ -185,22 +218,47 @@ class _UdpTransport(Transport):
             for opened in filter(None, (sock, member)):
                 opened.close()
             raise
-        self.job, self._words = registration.job, deployment.words
-        engine_config = EngineConfig(
-            job=registration.job, rank=rank, workers=workers, words=deployment.words, window=spec.window,
+        self._lease = registration.lease
+        config = EngineConfig(
+            job=registration.job, rank=group.rank(), workers=group.size(), words=deployment.words, window=spec.window,
             destination=deployment.destination, sources=frozenset(filter(None, (deployment.switch, deployment.ps))),
             pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, ps_only=self._switch is None,
             pad=not deployment.short_chunks, **self._timing,
         )  # fmt: skip
-        self._engine = serve_engine(engine_config, sock, self._policy, member)  # native where it is built
-        owner = (self._ps, self._switch, registration.job) if rank == 0 else None
-        keeper = None
-        if owner is not None and registration.lease:
-            keeper = LeaseKeeper([a for a in (self._ps, self._switch) if a is not None], registration.job, registration.lease)
-        self._closer = weakref.finalize(self, _shut_down, self._engine, owner, keeper)
-        dist.barrier(group=group)
-        logger.info("job %d, rank %d: %s at %s:%d, window %d", registration.job, rank, type(self).__name__,
-                    *self._engine.address, spec.window)  # fmt: skip
+        return config, sock, member, aggregators
+
+    def _register_racked(self, group: dist.ProcessGroup, plan: RackPlan) -> tuple[EngineConfig, Any, None, list[Aggregator]]:
+        """The job over its racks' leaves and the spine (docs/protocol.md, section 10): each worker sends to its leaf,
+        as its place in its rack; RESULTs are unicast."""
+        assert self._spine is not None
+        racked: RackedDeployment = agree(group, lambda: locate_racked(self._ps, self._spine, plan))
+        deployment, rank = racked.deployment, group.rank()
+        rack = plan.rack_of[rank]
+        leaf = racked.leaf_data[rack]
+        sock = bind_socket(self._bind, leaf)
+        aggregators = [self._ps, self._spine, *plan.leaves]
+        try:
+            spec = self._spec(deployment, self._gather_addresses(group, sock))
+            if self._job is None:
+                spec = replace(spec, job=agree(group, lambda: free_job(aggregators, deployment, spec.job)))
+            registration: Registration = agree(group, lambda: register_racked(self._ps, self._spine, plan, racked, spec))
+        except BaseException:
+            sock.close()
+            raise
+        self._lease = registration.lease
+        config = EngineConfig(
+            job=registration.job, rank=plan.place[rank], workers=plan.sizes[rack], words=deployment.words, window=spec.window,
+            destination=leaf, sources=frozenset((leaf, deployment.ps)), pool=deployment.pool, slot_base=registration.slot_base,
+            span=registration.span, pad=not deployment.short_chunks, racks=plan.racks, **self._timing,
+        )  # fmt: skip
+        return config, sock, None, aggregators
+
+    @staticmethod
+    def _gather_addresses(group: dist.ProcessGroup, sock: Any) -> list[tuple[str, int]]:
+        """Every rank's socket address, in rank order."""
+        addresses: list[Any] = [None] * group.size()
+        dist.all_gather_object(addresses, sock.getsockname()[:2], group=group)
+        return [tuple(a) for a in addresses]
 
     def _spec(self, deployment: Deployment, workers: list[tuple[str, int]]) -> JobSpec:
         """The job as rank 0 registers it (the PS-only form: the switch gets it without index_bits and table)."""
@@ -286,6 +344,8 @@ class _UdpTransport(Transport):
         """Whether every aggregator's control API answers now (one of this worker's own requests)."""
         try:
             locate(self._ps, self._switch)
+            if self._spine is not None:
+                locate(self._ps, self._spine)
         except (TransportError, ControlError) as error:
             logger.debug("job %s: aggregators not back yet: %s", self.job, error)
             return False
@@ -349,6 +409,11 @@ class SwitchTransport(_UdpTransport):
     else what the control APIs report); ``switch_control`` and ``ps_control`` their control APIs
     (default INA_SWITCH_CONTROL and INA_PS_CONTROL, else the data host at ports 47180 and 47181,
     else 127.0.0.1). The window defaults to the switch's whole pool, at most 1024 chunks.
+
+    In racks (docs/protocol.md, section 10), ``switch`` is this worker's rack's switch (its leaf) and ``spine``
+    (``spine_control``; default INA_SPINE and INA_SPINE_CONTROL) the job's spine: a job whose workers name
+    several leaves sums each rack at its leaf and the racks at the spine; one whose workers share a leaf
+    runs under that switch alone.
     See :class:`_UdpTransport` for the other options.
 
     Example::
@@ -364,10 +429,14 @@ class SwitchTransport(_UdpTransport):
         *,
         switch_control: Optional[str] = None,
         ps_control: Optional[str] = None,
+        spine: Optional[str] = None,
+        spine_control: Optional[str] = None,
         **options: Any,
     ) -> None:
+        racked = spine or spine_control or os.environ.get(ENVIRONMENT["spine"]) or os.environ.get(f"{ENVIRONMENT['spine']}_CONTROL")
         super().__init__(
-            Aggregator.configure("ps", ps, ps_control), Aggregator.configure("switch", switch, switch_control), **options
+            Aggregator.configure("ps", ps, ps_control), Aggregator.configure("switch", switch, switch_control),
+            Aggregator.configure("spine", spine, spine_control) if racked else None, **options,
         )
 
     def _default_window(self, deployment: Deployment) -> int:
@@ -479,7 +548,7 @@ def _copy_stream(device: torch.device) -> torch.cuda.Stream:
     return torch.cuda.Stream(device)
 
 
-def _shut_down(engine: ServedEngine, owner: Optional[tuple[Aggregator, Optional[Aggregator], int]], keeper: Optional[LeaseKeeper]) -> None:
+def _shut_down(engine: ServedEngine, owner: Optional[tuple[list[Aggregator], int]], keeper: Optional[LeaseKeeper]) -> None:
     """Stop the engine; the owner (rank 0) stops renewing the job's lease and deregisters it. A finalizer: it must not hold the transport."""
     engine.close()
     if keeper is not None:

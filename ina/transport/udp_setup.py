@@ -30,19 +30,22 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 ENVIRONMENT = {
-    "switch": "INA_SWITCH",  # the switch's UDP data address, host:port
+    "switch": "INA_SWITCH",  # the switch's UDP data address, host:port (a racked job: this worker's rack's leaf)
+    "spine": "INA_SPINE",  # a racked job's spine (docs/protocol.md, section 10), host:port; unset: one switch
     "ps": "INA_PS",  # the PS's UDP data address, host:port
     "bind": "INA_BIND",  # the numeric IPv4 address workers bind (default: the one that routes to the aggregator)
     "job": "INA_JOB",  # the job id (default: derived from the workers' addresses, the first free one)
     "words": "INA_WORDS",  # PS-only: words per packet (default: the most the path to the PS carries)
 }
-"""Environment variables read when an option is not given; INA_SWITCH_CONTROL and INA_PS_CONTROL
+"""Environment variables read when an option is not given; INA_SWITCH_CONTROL, INA_SPINE_CONTROL and INA_PS_CONTROL
 name the control APIs (default: the data host, ports 47180 and 47181), INA_TOKEN_FILE (a path)
 or INA_TOKEN the token rank 0 presents to them, and INA_CA_FILE the CA bundle (PEM) that makes rank 0
 speak https to them and verify their certificates ("system": the default trust store; unset: plain
 http) (docs/protocol.md, section 7)."""
-_CONTROL_PORTS = {"switch": DEFAULT_SWITCH_CONTROL_PORT, "ps": DEFAULT_PS_CONTROL_PORT}
-_COMMANDS = {"switch": "ina switch", "ps": "ina ps"}
+_CONTROL_PORTS = {"switch": DEFAULT_SWITCH_CONTROL_PORT, "spine": DEFAULT_SWITCH_CONTROL_PORT, "ps": DEFAULT_PS_CONTROL_PORT}
+_COMMANDS = {"switch": "ina switch", "spine": "ina switch", "ps": "ina ps"}
+_SERVICE = {"switch": "switch", "spine": "switch", "ps": "ps"}
+"""The role each aggregator's control API answers GET /health with."""
 _IP_MTU = getattr(socket, "IP_MTU", 14)  # Linux: the path MTU of a connected socket
 
 
@@ -51,7 +54,7 @@ class Aggregator:
     """A switch or a PS as a worker reaches it: its control API, and its data address if given
     (else the one its control API reports)."""
 
-    role: str  # "switch" or "ps"
+    role: str  # "switch", "spine" (a racked job's, a switch too) or "ps"
     control: Address
     data: Address | None = None
     token: str | None = field(default=None, repr=False)
@@ -106,8 +109,9 @@ class Aggregator:
                 f"there, or point the workers at yours: set {variable}=host:port (and {variable}_CONTROL=host:port "
                 f"unless its control port is {_CONTROL_PORTS[self.role]}), or pass {self.role}=... to the transport"
             ) from None
-        if health.get("role") != self.role:
-            raise TransportError(f"{host}:{port} is the control API of a {health.get('role')!r}, not of a {self.role}; check {variable}_CONTROL")
+        if health.get("role") != _SERVICE[self.role]:
+            raise TransportError(f"{host}:{port} is the control API of a {health.get('role')!r}, not of a {_SERVICE[self.role]}; "
+                                 f"check {variable}_CONTROL")  # fmt: skip
         listen_host, listen_port = parse_address(config["listen"], f"the {self.role}'s reported address")
         if listen_host in ("0.0.0.0", ""):
             listen_host = host  # bound to every interface: reachable where its control API is
@@ -228,10 +232,10 @@ class LeaseKeeper:
         self._thread.join()
 
 
-def free_job(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, job: int) -> int:
-    """The first job id from `job` on registered with neither aggregator (and allowed for the token), so
+def free_job(aggregators: list[Aggregator], deployment: Deployment, job: int) -> int:
+    """The first job id from `job` on registered with none of the job's aggregators (and allowed for the token), so
     that concurrent jobs do not clash (rank 0)."""
-    taken = {entry["job"] for aggregator in (ps, switch) if aggregator for entry in aggregator.client().jobs()}
+    taken = {entry["job"] for aggregator in aggregators for entry in aggregator.client().jobs()}
     allowed = deployment.job_ids
     candidates = (j % (1 << 16) for j in range(job, job + (1 << 16)))
     free = next((j for j in candidates if j not in taken and (allowed is None or j in allowed)), None)
@@ -246,7 +250,7 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
     Only the aggregators whose roles are `grouped` get `spec.group` (docs/protocol.md, section 7, "RESULT groups")."""
     ps_client, switch_client = ps.client(), switch.client() if switch else None
     if pick_job:
-        spec = replace(spec, job=free_job(ps, switch, deployment, spec.job))
+        spec = replace(spec, job=free_job([a for a in (ps, switch) if a], deployment, spec.job))
 
     def group(role: str) -> Endpoint | None:
         return spec.group if role in grouped else None
@@ -265,14 +269,13 @@ def register(ps: Aggregator, switch: Aggregator | None, deployment: Deployment, 
     return Registration(spec.job, answer["slot_base"], answer.get("span", 0), lease)
 
 
-def deregister(ps: Aggregator, switch: Aggregator | None, job: int) -> None:
-    """Remove the job from the switch and the PS; one that is gone already is not an error."""
-    for aggregator in (switch, ps):
-        if aggregator is not None:
-            try:
-                aggregator.client().deregister(job)
-            except ControlError as error:
-                logger.info("deregistering job %d: %s", job, error)
+def deregister(aggregators: list[Aggregator], job: int) -> None:
+    """Remove the job from its aggregators, the last registered first; one that is gone already is not an error."""
+    for aggregator in reversed(aggregators):
+        try:
+            aggregator.client().deregister(job)
+        except ControlError as error:
+            logger.info("deregistering job %d: %s", job, error)
 
 
 def derived_job(workers: list[Address]) -> int:
