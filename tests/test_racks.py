@@ -50,3 +50,66 @@ def test_a_job_over_three_racks_sums_exactly_what_the_collective_does(loss):
     assert all(c["sent_up"] > 0 for c in leaves)  # sums completed at both levels
     assert spine["completed"] > 0
     assert all(c["descended"] > 0 for c in leaves)
+
+
+def _leaf(port: int):
+    from ina.transport.udp_setup import Aggregator
+
+    return Aggregator("switch", ("127.0.0.1", port))
+
+
+def test_racks_are_numbered_by_their_first_rank_and_places_by_rank():
+    from ina.transport.racks import RackPlan
+
+    plan = RackPlan.of([_leaf(p) for p in (7, 5, 7, 9, 5, 5)])
+    assert (plan.racks, plan.sizes, plan.rack_of, plan.place) == (3, (2, 3, 1), (0, 1, 0, 2, 1, 1), (0, 0, 1, 0, 1, 2))
+    assert plan.ranks_in(1) == [1, 4, 5]
+
+
+@pytest.mark.parametrize("leaves, message", [
+    ([_leaf(1000 + r) for r in range(33)], "33 leaves"),
+    ([_leaf(1)] * 33 + [_leaf(2)], r"\[33, 1\] workers"),
+])  # fmt: skip
+def test_a_job_beyond_32_racks_of_32_is_refused_with_what_to_change(leaves, message):
+    from ina.transport.errors import TransportError
+    from ina.transport.racks import RackPlan
+
+    with pytest.raises(TransportError, match=f"{message}.*at most 32 racks of 32 workers.*fewer, fuller racks"):
+        RackPlan.of(leaves)
+
+
+def _attach(rank: int, workers: int, options: dict[int, dict[str, str]]) -> str:
+    from ina.transport.errors import TransportError
+
+    try:
+        SwitchTransport(**options[rank]).attach(THCCodec(THCConfig(bits=4, granularity=30)), dist.group.WORLD)
+    except TransportError as error:
+        return str(error)
+    return "attached"
+
+
+def test_a_leaf_of_another_pool_stops_every_rank_and_leaves_no_registration():
+    from ina.switch import SwitchConfig
+    from ina.switch.server import SwitchServer
+
+    with LocalRacks([[0], [1]], pool=64, path="python") as racks:
+        odd = SwitchServer(SwitchConfig(pool=32), ("127.0.0.1", 0), ("127.0.0.1", 0), path="python").start()
+        try:
+            options = {rank: racks.options(rank) for rank in range(2)}
+            options[1] |= {"switch": "%s:%d" % odd.address, "switch_control": "%s:%d" % odd.control_address}
+            messages = run_workers(_attach, 2, options, timeout=60)
+        finally:
+            odd.close()
+        assert all("same --words and --pool" in m for m in messages), messages
+        assert racks.ps.core.jobs() == [] and racks.spine.core.jobs() == []
+
+
+def test_a_leaf_that_refuses_the_job_leaves_it_registered_nowhere():
+    from ina.control import Endpoint, JobSpec
+
+    with LocalRacks([[0], [1]], path="python") as racks:
+        racks.leaves[1].core.register(JobSpec(77, (Endpoint("127.0.0.1", 9),), 1, ps=Endpoint("127.0.0.1", 10)))
+        options = {rank: racks.options(rank) | {"job": 77} for rank in range(2)}
+        messages = run_workers(_attach, 2, options, timeout=60)
+        assert all("job 77 is already registered" in m for m in messages), messages
+        assert [s.core.jobs() for s in (racks.ps, racks.spine, racks.leaves[0])] == [[], [], []]
