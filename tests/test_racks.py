@@ -50,6 +50,11 @@ def test_a_job_over_three_racks_sums_exactly_what_the_collective_does(loss):
     assert all(c["sent_up"] > 0 for c in leaves)  # sums completed at both levels
     assert spine["completed"] > 0
     assert all(c["descended"] > 0 for c in leaves)
+    if not loss:  # every chunk completes at both levels: a rack's uplink carries one DATA a chunk, not one a worker
+        chunks = spine["completed"]
+        assert [c["sent_up"] for c in leaves] == [chunks] * len(RACKS)
+        assert spine["claimed"] + spine["aggregated"] == len(RACKS) * chunks
+        assert [c["claimed"] + c["aggregated"] for c in leaves] == [len(ranks) * chunks for ranks in RACKS]
 
 
 def _leaf(port: int):
@@ -113,3 +118,26 @@ def test_a_leaf_that_refuses_the_job_leaves_it_registered_nowhere():
         messages = run_workers(_attach, 2, options, timeout=60)
         assert all("job 77 is already registered" in m for m in messages), messages
         assert [s.core.jobs() for s in (racks.ps, racks.spine, racks.leaves[0])] == [[], [], []]
+
+
+def _node_sums(rank: int, workers: int, options: dict[int, dict[str, str]], nodes: list[list[int]]) -> tuple[list, list]:
+    """A bucket's sums through nodes' leaders under racks (HierarchicalTransport), and through the collective."""
+    from ina.transport.hierarchy import HierarchicalTransport
+
+    codec = THCCodec(THCConfig(bits=4, granularity=30))
+    bucket = torch.randint(0, 16, (3000,), dtype=torch.uint8, generator=torch.Generator().manual_seed(rank))
+    racked = HierarchicalTransport(SwitchTransport(**options[rank]), nodes=nodes)
+    racked.attach(codec, dist.group.WORLD)
+    got = racked.table_sum(codec.table_values(bucket), codec, workers, bucket=0).wait()
+    want = CollectiveTransport(None).table_sum(codec.table_values(bucket), codec, workers, bucket=0).wait()
+    dist.barrier()
+    racked.close()
+    return got, want
+
+
+def test_nodes_leaders_aggregate_over_racks_as_the_flat_collective():
+    nodes = [[0, 1], [2, 3], [4, 5]]
+    with LocalRacks([[0, 1], [2, 3, 4, 5]], path="python") as racks:  # nodes 0 under one leaf, nodes 1 and 2 under the other
+        outcomes = run_workers(_node_sums, 6, {rank: racks.options(rank) for rank in range(6)}, nodes, timeout=120)
+        assert [c["sent_up"] > 0 for c in (leaf.core.counters() for leaf in racks.leaves)] == [True, True]
+    assert all(torch.equal(got, want) for got, want in outcomes)
