@@ -234,7 +234,8 @@ class LocalRacks:
     "native", None: native where it built)."""
 
     def __init__(self, racks: list[list[int]], words: int = 64, pool: int = 64, policy: str = "esa", faults: Any = None,
-                 path: str | None = None) -> None:  # fmt: skip
+                 path: str | None = None, spine_state: str | None = None) -> None:  # fmt: skip
+        from ina.control.registry import JobStore, Registry
         from ina.ps.native import ps_core
         from ina.ps.server import PSServer
         from ina.switch import SwitchConfig
@@ -242,15 +243,27 @@ class LocalRacks:
 
         local = (_HOST, 0)
         self.rack_of = {rank: r for r, ranks in enumerate(racks) for rank in ranks}
+        self._switch = lambda listen, control, registry: SwitchServer(  # noqa: E731 (one recipe for every switch)
+            SwitchConfig(pool=pool, words=words, policy=policy), listen, control, faults=faults or Faults(), path=path,
+            registry=registry).start()  # fmt: skip
+        self._spine_registry = Registry(store=JobStore(spine_state)) if spine_state else Registry()
         self.services: list[Any] = [PSServer(ps_core(words), local, local).start()]
         try:
-            for _ in range(len(racks) + 1):
-                config = SwitchConfig(pool=pool, words=words, policy=policy)
-                self.services.append(SwitchServer(config, local, local, faults=faults or Faults(), path=path).start())
+            self.services.append(self._switch(local, local, self._spine_registry))
+            self.services += [self._switch(local, local, Registry()) for _ in racks]
         except BaseException:
             self.close()
             raise
         self.ps, self.spine, *self.leaves = self.services
+        self._spine_addresses = (self.spine.address, self.spine.control_address)
+
+    def stop_spine(self) -> None:
+        """The spine dies: its process, slots and (without `spine_state`) its job table are gone."""
+        self.spine.close()
+
+    def start_spine(self) -> None:
+        """The spine again, on its ports, with the jobs of its state file (`spine_state`)."""
+        self.spine = self.services[1] = self._switch(*self._spine_addresses, self._spine_registry)
 
     def options(self, rank: int) -> dict[str, str]:
         """Rank `rank`'s transport options: its rack's leaf as its switch, the spine and the PS."""

@@ -2,6 +2,8 @@
 the leaves send their sums to the spine, and every rank receives exactly the collective's sums. Loopback, a
 PS, a spine and one leaf a rack (`ina.launch.LocalRacks`)."""
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -141,3 +143,86 @@ def test_nodes_leaders_aggregate_over_racks_as_the_flat_collective():
         outcomes = run_workers(_node_sums, 6, {rank: racks.options(rank) for rank in range(6)}, nodes, timeout=120)
         assert [c["sent_up"] > 0 for c in (leaf.core.counters() for leaf in racks.leaves)] == [True, True]
     assert all(torch.equal(got, want) for got, want in outcomes)
+
+
+def _train_while_the_spine_dies_and_comes_back(rank: int, workers: int, racks: list[list[int]], state_file: str) -> dict:
+    """The same training over the collective, then over racks whose spine rank 0 stops at step 6 and starts again
+    from its state file at step 12 (rank 0 serves the racks)."""
+    from conftest import loss_on, mlp, regression_problem, shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ina import THCState, thc_hook
+
+    local = LocalRacks(racks, path="python", spine_state=state_file) if rank == 0 else None
+    box = [None if local is None else {r: local.options(r) for r in range(workers)}]
+    dist.broadcast_object_list(box, src=0)
+    x, y = regression_problem()
+    final, counters = {}, {}
+    for name in ("collective", "racks"):
+        torch.manual_seed(0)
+        model = mlp()
+        transport = CollectiveTransport(None) if name == "collective" else \
+            SwitchTransport(**box[0][rank], failover=0.3, failback=1.5, peer_timeout=20.0)  # fmt: skip
+        state = THCState(start_iter=1, error_feedback=False, transport=transport)
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(state, thc_hook)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(30):
+            if name == "racks" and local is not None and step == 6:
+                local.stop_spine()
+            if name == "racks" and local is not None and step == 12:
+                local.start_spine()
+            batch = shard(step, rank, workers)
+            optimizer.zero_grad()
+            loss_on(ddp, x[batch], y[batch]).backward()
+            optimizer.step()
+            if name == "racks" and step >= 12:
+                time.sleep(0.1)  # time for the fail-back to come due
+        final[name] = [p.detach().clone() for p in model.parameters()]
+        if name == "racks":
+            counters = dict(transport.counters, path=transport.path)
+        dist.barrier()
+        state.transport.close()
+    completed = local.spine.core.counters()["completed"] if local else None
+    if local is not None:
+        local.close()
+    return {"final": final, "counters": counters, "completed": completed}
+
+
+def test_training_goes_on_through_the_ps_while_the_spine_is_down_and_returns_to_two_levels_bit_for_bit(tmp_path):
+    racks = [[0, 1], [2], [3]]
+    results = run_workers(_train_while_the_spine_dies_and_comes_back, 4, racks, str(tmp_path / "spine.json"), timeout=180)
+    for result in results:
+        counters = result["counters"]
+        assert counters["failovers"] >= 1 and counters["failbacks"] >= 1 and counters["path"] == "switch", counters
+        assert all(torch.equal(a, b) for a, b in zip(result["final"]["collective"], result["final"]["racks"]))
+    assert results[0]["completed"] > 0  # the restarted spine summed racks again after the fail-back
+
+
+def _two_jobs(rank: int, workers: int, options: dict[int, dict[str, str]]) -> list[bool]:
+    """Two racked jobs at once, a high-priority and a low-priority one, each summing buckets over the same switches:
+    whether each bucket's sums are the collective's."""
+    from ina.transport.priority import FixedPriority
+
+    codec = THCCodec(THCConfig(bits=4, granularity=30))
+    generator = torch.Generator().manual_seed(rank)
+    buckets = [torch.randint(0, 16, (4000,), dtype=torch.uint8, generator=generator) for _ in range(12)]
+    jobs = [SwitchTransport(**options[rank], job=100 + level, policy=FixedPriority(level), peer_timeout=30.0) for level in (200, 10)]
+    for transport in jobs:
+        transport.attach(codec, dist.group.WORLD)
+    pending = [(t.table_sum(codec.table_values(b), codec, workers, bucket=i), b) for i, b in enumerate(buckets) for t in jobs]
+    got = [future.wait() for future, _ in pending]
+    collective = CollectiveTransport(None)
+    want = [collective.table_sum(codec.table_values(b), codec, workers, bucket=0).wait() for _, b in pending]
+    dist.barrier()
+    for transport in jobs:
+        transport.close()
+    return [torch.equal(a, b) for a, b in zip(got, want)]
+
+
+def test_two_racked_jobs_contending_for_both_levels_pools_under_esa_stay_exact_with_preemptions_at_both():
+    with LocalRacks([[0, 1], [2, 3], [4]], pool=4, path="python") as racks:
+        outcomes = run_workers(_two_jobs, 5, {rank: racks.options(rank) for rank in range(5)}, timeout=180)
+        preempted = [s.core.counters()["preempted"] for s in (racks.spine, *racks.leaves)]
+    assert all(all(equal) for equal in outcomes)
+    assert preempted[0] > 0 and any(preempted[1:]), preempted
