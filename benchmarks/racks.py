@@ -42,9 +42,8 @@ def variants_run(document: dict[str, Any], variants: list[str], seed: int | None
     return document | {"name": f"{document.get('name', 'racks')}-variants", "jobs": made}
 
 
-def run_testbed(document: dict[str, Any], out: Path) -> dict[str, Any]:
-    """One `ina testbed` run of `document` (validated first); its results.json."""
-    out.mkdir(parents=True, exist_ok=True)
+def run_testbed(document: dict[str, Any], out: Path) -> None:
+    """One `ina testbed` run of `document` (validated first), into `out`/run."""
     path = out / "variants.json"
     path.write_text(json.dumps(document, indent=2))
     spec.load(path)  # a bad document stops here, naming the field
@@ -54,7 +53,6 @@ def run_testbed(document: dict[str, Any], out: Path) -> dict[str, Any]:
     (out / "testbed.log").write_text(done.stdout)
     if done.returncode != 0:
         raise SystemExit(f"the testbed run failed ({done.returncode}):\n{done.stdout[-3000:]}")
-    return json.loads((out / "run" / "results.json").read_text())
 
 
 def table(results: dict[str, Any]) -> list[str]:
@@ -85,6 +83,30 @@ def describe(run: spec.Run, load: str) -> str:
             f"warm-up), seed {job.seed}, pool {run.switch.pool}, K = {run.switch.words}; {load}")  # fmt: skip
 
 
+def publish(lines: list[str], out: Path, docs: str | None) -> None:
+    """Print the table, keep it beside the run (table.md) and, with `docs`, between that file's markers."""
+    text = "\n".join(lines)
+    print(text)
+    (out / "table.md").write_text(text + "\n")
+    if docs:
+        write_docs(Path(docs), lines)
+
+
+def measure(args: argparse.Namespace) -> Path:
+    """Run the variants the arguments name; the run's folder (its load as it began in load.txt, for the docs)."""
+    import yaml
+
+    variants = args.variants.split(",")
+    if any(v not in VARIANTS for v in variants) or len(set(variants)) != len(variants):
+        raise SystemExit(f"--variants {args.variants}: name distinct ones of {list(VARIANTS)}")
+    document = variants_run(yaml.safe_load(Path(args.run_file).read_text()), variants, args.seed)
+    out = Path(args.out or f"testbed-results/racks-{document['name']}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "load.txt").write_text(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores as the run began\n")
+    run_testbed(document, out)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_file", nargs="?", default="testbed/racks.yaml")
@@ -94,29 +116,10 @@ def main() -> None:
     parser.add_argument("--from", dest="done", help="tabulate a finished run's folder instead of running")
     parser.add_argument("--docs", help="put the table between the markers of this file (e.g. docs/racks.md)")
     args = parser.parse_args()
-    if args.done:
-        out = Path(args.done)
-        results = json.loads((out / "run" / "results.json").read_text())
-    else:
-        import yaml
-
-        variants = args.variants.split(",")
-        unknown = [v for v in variants if v not in VARIANTS]
-        if unknown or len(set(variants)) != len(variants):
-            raise SystemExit(f"--variants {args.variants}: name distinct ones of {list(VARIANTS)}")
-        document = variants_run(yaml.safe_load(Path(args.run_file).read_text()), variants, args.seed)
-        out = Path(args.out or f"testbed-results/racks-{document['name']}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-        load = f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores as the run began"
-        (out / "load.txt").parent.mkdir(parents=True, exist_ok=True)
-        (out / "load.txt").write_text(load + "\n")
-        results = run_testbed(document, out)
+    out = Path(args.done) if args.done else measure(args)
     run = spec.load(out / "variants.json")
-    lines = [describe(run, (out / "load.txt").read_text().strip()), "", *table(results)]
-    print("\n".join(lines))
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    if args.docs:
-        write_docs(Path(args.docs), lines)
-
+    publish([describe(run, (out / "load.txt").read_text().strip()), "", *table(json.loads((out / "run" / "results.json").read_text()))],
+            out, args.docs)
 
 if __name__ == "__main__":
     main()
