@@ -94,7 +94,7 @@ def test_a_two_level_job_goes_on_while_its_spine_is_stopped_and_returns_to_it(tm
     assert "stop spine at" in printed and "start spine at" in printed, printed
     assert same_parameters(out, "esa", "collective", "two_levels")
     steps = [json.loads(line) for line in (out / "esa" / "two_levels" / "rank0.jsonl").read_text().splitlines()]
-    assert sum(4 < step["wall"] < 7 for step in steps) > 10, "the job stood still while its spine was stopped"
+    assert sum(4 < step["wall"] < 7 for step in steps) >= 3, "the job stood still while its spine was stopped"
     row = next(r for r in json.loads((out / "results.json").read_text())["jobs"] if r["job"] == "two_levels")
     paths = [segment["path"] for segment in row["paths"]]
     assert paths[0] == paths[-1] == "switch", paths
