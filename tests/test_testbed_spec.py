@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ina.testbed import spec
-from ina.testbed.spec import SpecError
+from ina.testbed.spec import Link, SpecError
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "testbed").glob("*.yaml"))
 
@@ -39,6 +39,35 @@ def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as
     plain = spec.parse({"jobs": [{}]})
     assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.queues == "priority"
     assert plain.switch.max_pps == 0 and spec.parse({"jobs": [{}], "switch": {"max_pps": 9000}}).switch.max_pps == 9000.0
+
+
+def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
+    run = spec.parse({"topology": {"link": {"bw": 100, "loss": 1}, "racks": [[0, 1], [2, 3, 4], [5, 6]], "uplink": {"bw": 50}},
+                      "faults": [{"at": 5, "stop": "spine"}, {"at": 6, "stop": "leaf2"}, {"at": 9, "start": "spine"}],
+                      "jobs": [{"name": "two", "workers": 7, "batch": 63, "transport": "switch"},
+                               {"name": "one", "workers": 7, "batch": 63, "transport": "switch", "levels": 1, "phase": 1}]})  # fmt: skip
+    assert run.worker_hosts == 7 and run.racks == ((0, 1), (2, 3, 4), (5, 6)) and [run.rack_of(h) for h in range(7)] == [0, 0, 1, 1, 1, 2, 2]
+    assert (run.uplink_link.bw, run.uplink_link.loss) == (50.0, 1.0)  # unset fields are every host link's
+    assert run.switch_names == ("leaf0", "leaf1", "leaf2", "spine") and [f.service for f in run.faults] == ["spine", "leaf2", "spine"]
+    assert [job.levels for job in run.jobs] == [2, 1]
+    assert spec.job_from_json(__import__("json").dumps(__import__("dataclasses").asdict(run.jobs[1]))) == run.jobs[1]
+    lossless_hosts = spec.parse({"topology": {"racks": [[0], [1]], "uplink": {"loss": 2}}, "jobs": [{"workers": 2}]})
+    assert lossless_hosts.lossy and lossless_hosts.uplink_link.loss == 2.0 and lossless_hosts.link.loss == 0
+    assert spec.parse({"topology": {"racks": [[0], [1]]}, "jobs": [{"workers": 2}]}).uplink_link == Link()
+    flat = spec.parse({"jobs": [{"transport": "switch"}]})
+    assert flat.racks == () and flat.switch_names == ("switch",) and flat.uplink is None and flat.links == (flat.link, flat.link)
+    assert [job.levels for job in spec.overridden(run, levels=1).jobs] == [1, 1]
+    with pytest.raises(SpecError, match="--levels 1: give 2"):
+        spec.overridden(flat, levels=1)
+
+
+def test_overriding_the_target_of_a_racked_run_with_bmv2_is_refused(tmp_path, capsys):
+    from ina.cli import main
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("topology: {racks: [[0], [1]]}\njobs: [{workers: 2, transport: switch}]\n")
+    assert main(["testbed", str(run_file), "--target", "bmv2"]) == 2
+    assert "switch.target: bmv2 serves a network of one switch node" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("pool, jobs, window, expected", [(16, 4, 16, 4), (16, 3, 16, 4), (16, 3, 2, 2), (64, 3, None, 16), (8, 1, None, 8)])
@@ -82,6 +111,21 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{}], "switch": {"policy": ["esa", "atp"], "result_copies": False}}, "switch.result_copies: atp sends every RESULT"),
         ({"jobs": [{"transport": "switch", "priority_policy": "srpt"}]}, "jobs[0].priority_policy: 'srpt'"),
         ({"jobs": [{"steps": True}]}, "jobs[0].steps: expected an integer"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1, 2, 3]]}}, "topology.racks: [[0, 1, 2, 3]]: give 2..32 racks"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1], []]}}, "topology.racks: [[0, 1], []]: give 2..32 racks"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1], ["2"]]}}, "topology.racks"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1], [1, 2, 3]]}}, "topology.racks: worker host 1 is in rack 0 and rack 1"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1], [3]]}}, "topology.racks: worker host(s) [2] are in no rack"),
+        ({"jobs": [{}], "topology": {"workers": 4, "racks": [[0, 1], [2, 3, 4]]}}, "topology.racks: worker host(s) [4], but topology.workers is 4"),
+        ({"jobs": [{}], "topology": {"uplink": {"bw": 10}}}, "topology.uplink: only a racked topology has uplinks"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1], [2, 3]], "uplink": {"mtu": 10}}}, "topology.uplink: unknown field(s) ['mtu']"),
+        ({"jobs": [{}], "topology": {"racks": [[0, 1], [2, 3]]}, "switch": {"target": "bmv2"}}, "switch.target: bmv2 serves a network of one"),
+        ({"jobs": [{"transport": "switch", "levels": 1}]}, "jobs[0].levels: only a switch job (hook thc, transport switch) of a racked run"),
+        ({"jobs": [{"levels": 1}], "topology": {"racks": [[0, 1], [2, 3]]}}, "jobs[0].levels: only a switch job"),
+        ({"jobs": [{"transport": "switch", "levels": 3}], "topology": {"racks": [[0, 1], [2, 3]]}}, "jobs[0].levels: 3: must be between 1 and 2"),
+        ({"jobs": [{"transport": "switch"}], "faults": [{"at": 1, "stop": "spine"}]}, "faults[0].stop: 'spine': must be one of ['switch', 'ps']"),
+        ({"jobs": [{"transport": "switch"}], "topology": {"racks": [[0, 1], [2, 3]]}, "faults": [{"at": 1, "stop": "switch"}]},
+         "faults[0].stop: 'switch': must be one of ['leaf0', 'leaf1', 'spine', 'ps']"),
     ],
 )
 def test_a_bad_run_file_is_refused_naming_the_field(document, message):

@@ -29,6 +29,8 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--pool", type=int, help="override the run file's switch.pool")
     parser.add_argument("--result-copies", action=argparse.BooleanOptionalAction, help="override the run file's switch.result_copies")
     parser.add_argument("--seed", type=int, help="override every job's seed (repeated runs of one run file)")
+    parser.add_argument("--levels", type=int, choices=(1, 2),
+                        help="override every switch job's levels in a racked run: 2 (leaves, then the spine) or 1 (the spine alone)")
     parser.add_argument("--check", action="store_true", help="validate the run file and the machine, run nothing")
     parser.set_defaults(run=run)
 
@@ -47,14 +49,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         plan = spec.load(args.run_file)
-        plan = spec.overridden(plan, policy=args.policy, queues=args.queues, pool=args.pool, result_copies=args.result_copies,
-                               seed=args.seed)  # fmt: skip
         if args.target:
             dropped = [name for name in SOFTWARE_ONLY if getattr(plan.switch, name) and args.target != "software"]
             for name in dropped:
                 print(f"ina testbed: --target {args.target}: switch.{name} is the software switch's alone; running without it",
                       file=sys.stderr)  # fmt: skip
             plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target, **dict.fromkeys(dropped, 0.0)))
+        plan = spec.overridden(plan, policy=args.policy, queues=args.queues, pool=args.pool, result_copies=args.result_copies,
+                               seed=args.seed, levels=args.levels)  # fmt: skip
     except spec.SpecError as error:
         print(f"ina testbed: {error}", file=sys.stderr)
         return 2

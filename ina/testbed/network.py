@@ -12,6 +12,14 @@ chosen by the run file:
 - ``bmv2``: BMv2 owns the ports (``ina switch --target bmv2 --interface ...``); its control API
   listens on a separate, unshaped management network (a second link from each worker host).
 
+A racked run (``topology.racks``) has a software switch node per rack, its **leaf**, and one
+**spine** at the switch's address: each worker host's link goes to its rack's leaf, each leaf has
+one uplink to the spine (shaped as ``topology.uplink`` says, each way; both of its ends are switch
+ports, with egress queues) and the PS host's link goes to the spine. Every switch node bridges all
+its ports and carries its own address, so the whole network is one L2 subnet, a tree of bridges: a
+worker reaches its leaf, the spine and the PS (whose results to workers cross the uplinks, as in a
+real rack) by address alone.
+
 All veth pairs are created between two namespaces, never in the root namespace, and the node
 names carry a tag unique to the run, so nothing of another run or of the machine is touched.
 Closing stops the nodes' shells: their namespaces, and with them every interface, disappear.
@@ -40,6 +48,8 @@ from ina.testbed.spec import Run
 DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 DATA_NET, MANAGEMENT_NET = "10.0.0", "10.1.0"
 PS_OCTET, SWITCH_OCTET = 250, 254
+LEAF_OCTET = 201
+"""Rack r's leaf is 10.0.0.(201 + r) (worker hosts are 1..200); the spine has the switch's address."""
 SWITCH_MAC = "02:00:00:00:00:fe"
 UDP_PAYLOAD = 28
 """Offset of the UDP payload from the IPv4 header (no IP options: the filters check IHL = 5)."""
@@ -85,9 +95,9 @@ def why_not(run: Optional[Run] = None) -> Optional[str]:
         return None
     if run.lossy and shutil.which("nft") is None:
         return "link loss is emulated with nftables: install nftables (`apt-get install nftables`)"
-    if max(run.link.delay, run.ps_host_link.delay) > 0 and not netem_available():
+    if max(link.delay for link in run.links) > 0 and not netem_available():
         return ("link delay needs the kernel's sch_netem qdisc, which this kernel lacks (`modprobe sch_netem` fails); "
-                "set topology.link.delay to 0")  # fmt: skip
+                "set the links' delay to 0")  # fmt: skip
     if run.switch.target == "bmv2":
         from ina.p4 import toolchain
 
@@ -106,6 +116,17 @@ def netem_available() -> bool:
         return subprocess.run(command, capture_output=True).returncode == 0
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@dataclass(frozen=True)
+class SwitchNode:
+    """Where one `ina switch` runs (`Run.switch_names`): its node, the data and control addresses it listens on, its MAC."""
+
+    name: str
+    node: Any
+    ip: str
+    control_ip: str
+    mac: str
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,7 @@ class Network:
         self.net = Mininet(topo=None, controller=None, host=Host, link=TCLink, build=False)
         self.links: list[tuple[Any, Any]] = []  # (intf, intf) of every shaped link
         self.shapes: list[LinkSpec] = []  # the run file's shape of each of them
+        self.ports: list[tuple[Any, LinkSpec]] = []  # the switch nodes' ends of them: their egress queues
         self._closed = False
         try:
             self._build(Link)
@@ -146,27 +168,21 @@ class Network:
 
     def _build(self, plain_link: Any) -> None:
         run, tag = self.run, self.tag
-        switch = self.net.addHost(f"{tag}sw", ip=None)
+        nodes = {name: self.net.addHost(f"{tag}{_short(name)}", ip=None) for name in run.switch_names}
+        top = nodes["spine" if run.racks else "switch"]
 
-        def host(name: str, octet: int, shape: LinkSpec) -> tuple[Any, Any]:
+        def host(name: str, octet: int, shape: LinkSpec, above: Any) -> tuple[Any, Any]:
             node = self.net.addHost(f"{tag}{name}", ip=f"{DATA_NET}.{octet}/24", mac=f"02:00:00:00:00:{octet:02x}")
-            options: dict[str, Any] = {}
-            if shape.bw > 0:
-                options["bw"] = shape.bw
-            if shape.delay > 0:
-                options["delay"] = f"{shape.delay:g}ms"
-            link = self.net.addLink(node, switch, **options)
-            self.links.append((link.intf1, link.intf2))
-            self.shapes.append(shape)
-            return node, link.intf1
+            return node, self._shaped(node, above, shape).intf1
 
-        workers = [host(f"w{i}", i + 1, run.link) for i in range(run.worker_hosts)]
-        ps_node, ps_intf = host("ps", PS_OCTET, run.ps_host_link)
+        workers = [host(f"w{i}", i + 1, run.link, nodes[f"leaf{run.rack_of(i)}"] if run.racks else top) for i in range(run.worker_hosts)]
+        ps_node, ps_intf = host("ps", PS_OCTET, run.ps_host_link, top)
         self.switch_ports = [b for _, b in self.links]  # BMv2 port i + 1: worker i, then the PS
+        self.uplinks = [self._shaped(nodes[f"leaf{r}"], top, run.uplink_link, both_ports=True).intf1 for r in range(len(run.racks))]
         management = []
         if self.bmv2:
             for i, (node, _) in enumerate(workers):
-                link = self.net.addLink(node, switch, cls=plain_link)
+                link = self.net.addLink(node, top, cls=plain_link)
                 management.append((link.intf1, link.intf2))
         self.net.build()
         for node in self.net.hosts:
@@ -178,34 +194,57 @@ class Network:
         if self.bmv2:  # veth leaves checksums to the receiver; BMv2 forwards frames as they are
             for node, intf in workers + [(ps_node, ps_intf)]:
                 _check(node, "ethtool", "-K", intf.name, "tx", "off")
-        self.switch = switch
         self.workers = [Endpoint(node, f"{DATA_NET}.{i + 1}", intf.name, intf.MAC(),
                                  f"{MANAGEMENT_NET}.{i + 1}" if self.bmv2 else None)
                         for i, (node, intf) in enumerate(workers)]  # fmt: skip
         self.ps = Endpoint(ps_node, f"{DATA_NET}.{PS_OCTET}", ps_intf.name, ps_intf.MAC())
-        self.switch_ip = f"{DATA_NET}.{SWITCH_OCTET}"
-        self.control_ip = f"{MANAGEMENT_NET}.{SWITCH_OCTET}" if self.bmv2 else self.switch_ip
         if self.bmv2:
-            self.switch_mac = SWITCH_MAC
             for port in self.switch_ports:
-                _check(switch, "ip", "addr", "flush", "dev", port.name)
-            _bridge(switch, "mg0", [b for _, b in management], f"{self.control_ip}/24")
+                _check(top, "ip", "addr", "flush", "dev", port.name)
+            control_ip = f"{MANAGEMENT_NET}.{SWITCH_OCTET}"
+            _bridge(top, "mg0", [b for _, b in management], f"{control_ip}/24")
             for endpoint, (intf, _) in zip(self.workers, management):
                 _check(endpoint.node, "ip", "addr", "add", f"{endpoint.management_ip}/24", "dev", intf.name)
+            self.switches = {"switch": SwitchNode("switch", top, f"{DATA_NET}.{SWITCH_OCTET}", control_ip, SWITCH_MAC)}
         else:
-            self.switch_mac = _bridge(switch, "br0", self.switch_ports, f"{self.switch_ip}/24")
+            self.switches = {name: self._bridged(name, node) for name, node in nodes.items()}
         self._static_arp()
         self._loss()
         self._check_shaping()
 
+    def _shaped(self, node: Any, above: Any, shape: LinkSpec, both_ports: bool = False) -> Any:
+        """A link from `node` up to the switch node `above`, shaped as `shape` says each way; its switch
+        ports (the upper end, and with `both_ports` the lower one too: an uplink) get the egress queues."""
+        options: dict[str, Any] = {}
+        if shape.bw > 0:
+            options["bw"] = shape.bw
+        if shape.delay > 0:
+            options["delay"] = f"{shape.delay:g}ms"
+        link = self.net.addLink(node, above, **options)
+        self.links.append((link.intf1, link.intf2))
+        self.shapes.append(shape)
+        self.ports += [(link.intf2, shape)] + ([(link.intf1, shape)] if both_ports else [])
+        return link
+
+    def _bridged(self, name: str, node: Any) -> SwitchNode:
+        """The software switch node `name`: a bridge of all its ports, carrying the address its `ina switch` listens on."""
+        octet = LEAF_OCTET + int(name[len("leaf") :]) if name.startswith("leaf") else SWITCH_OCTET
+        ip = f"{DATA_NET}.{octet}"
+        mac = _bridge(node, "br0", [i for i in node.intfList() if i.name != "lo"], f"{ip}/24")
+        return SwitchNode(name, node, ip, ip, mac)
+
+    @property
+    def switch_ip(self) -> str:
+        """Where every worker of a flat run (or of a racked run's spine-only job) sends: the switch, or the spine."""
+        return self.switches["spine" if self.run.racks else "switch"].ip
+
     def _static_arp(self) -> None:
-        """Every host knows every other's MAC and the switch's: no ARP on lossy links."""
+        """Every host and switch node knows every other's MAC: no ARP on lossy links."""
         everyone = [*self.workers, self.ps]
-        for endpoint in everyone:
-            lines = [f"neigh replace {other.ip} lladdr {other.mac} dev {endpoint.interface} nud permanent"
-                     for other in everyone if other is not endpoint]  # fmt: skip
-            lines.append(f"neigh replace {self.switch_ip} lladdr {self.switch_mac} dev {endpoint.interface} nud permanent")
-            _ip_batch(endpoint.node, lines)
+        switches = list(self.switches.values())
+        addresses = [(e.ip, e.mac) for e in everyone] + [(s.ip, s.mac) for s in switches]
+        for node, ip, device in [(e.node, e.ip, e.interface) for e in everyone] + [(s.node, s.ip, "br0") for s in switches if not self.bmv2]:
+            _ip_batch(node, [f"neigh replace {other} lladdr {mac} dev {device} nud permanent" for other, mac in addresses if other != ip])
 
     def _loss(self) -> None:
         """Drop each link's `loss` percent of the packets leaving each of its ends (nftables, netdev egress)."""
@@ -229,11 +268,11 @@ class Network:
     def prioritize(self, on: bool) -> None:
         """Egress queues by priority (docs/protocol.md, "Egress queues") on the switch node's end of every shaped
         link, or (off) one FIFO again: the switch's ports are these interfaces' queues, whichever target forwards."""
-        for (_, port), shape in zip(self.links, self.shapes):
+        for port, shape in self.ports:
             if shape.bw <= 0:
                 continue  # an unshaped veth has no queue to order
             commands = priority_queue_commands(port.name, shape.bw) if on else fifo_commands(port.name)
-            _check(self.switch, "sh", "-c", commands)
+            _check(port.node, "sh", "-c", commands)
 
     def loss_counters(self) -> dict[str, int]:
         """Packets dropped by the loss rules, per interface (both ends of each link)."""
@@ -270,6 +309,10 @@ class Network:
             if count:
                 dropped[node.name] = count
         return dropped
+
+    def uplink_ends(self) -> list[tuple[int, str]]:
+        """Per rack, the PID of its leaf's shell (whose /proc/PID/net/dev is the leaf's) and the name of its uplink there."""
+        return [(intf.node.pid, intf.name) for intf in self.uplinks]
 
     def interface_names(self) -> list[str]:
         return sorted(intf.name for node in self.net.hosts for intf in node.intfList() if intf.name != "lo")
@@ -337,6 +380,11 @@ def fifo_commands(device: str) -> str:
 
 def _queue_class(queue: int) -> str:
     return f"5:{0x10 + queue:x}"
+
+
+def _short(name: str) -> str:
+    """A switch node's name in its interfaces' names (at most 15 characters): sw, sp, lf0, lf1, ..."""
+    return {"switch": "sw", "spine": "sp"}.get(name) or "lf" + name[len("leaf") :]
 
 
 def _bridge(node: Any, name: str, ports: list[Any], address: str) -> str:

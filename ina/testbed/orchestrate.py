@@ -20,8 +20,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ina.testbed import clock, results
-from ina.testbed.network import Network, TestbedUnavailable, why_not
+from ina.testbed import clock, results, uplinks
+from ina.testbed.network import Network, SwitchNode, TestbedUnavailable, why_not
 from ina.testbed.processes import ProcessFailed, Processes, Service, base_environment, ina_command
 from ina.testbed.spec import Fault, Job, Link, Run, static_window
 
@@ -53,6 +53,8 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
     counters: dict[str, Any] = {}
     created: dict[str, Any] = {}
     ps_link = "" if run.ps_link is None else f" (the PS's: {_shape(run.ps_link)})"
+    if run.racks:
+        ps_link += f"; racks {[list(hosts) for hosts in run.racks]}, uplinks {_shape(run.uplink_link)}"
     say(f"ina testbed: run {run.name!r}: {run.worker_hosts} worker hosts, links {_shape(run.link)}{ps_link}; "
         f"{run.switch.target} switch; results in {out}")  # fmt: skip
     network = Network(run)
@@ -66,6 +68,7 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
             folder = out / policy
             services = _Services(run, network, processes, folder, policy, deadline) if aggregated else None
             recorder = _record_metrics(run, network, processes, folder) if aggregated else None
+            sampler = uplinks.Sampler(network.uplink_ends(), folder / uplinks.SAMPLES) if run.racks else None
             for phase, jobs in enumerate(run.phases):
                 say(f"ina testbed: [{policy}] phase {phase}: " + ", ".join(f"{j.name} ({j.method}, {j.workers} workers)" for j in jobs))
                 training = [folder / job.name / "rank0.jsonl" for job in jobs if job.uses_aggregators]
@@ -76,6 +79,8 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
                     injector.join()
             if recorder is not None:
                 recorder.stop()
+            if sampler is not None:
+                sampler.stop()
             counters[policy] = services.stop_and_count() if services else {}
         counters["link_loss_drops"] = network.loss_counters()
         counters["link_queue_drops"] = network.queue_drops()
@@ -123,28 +128,15 @@ class _Services:
     def __init__(self, run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> None:
         self.processes, self.folder, self.deadline = processes, folder, deadline
         self.env = base_environment(run.lossy)
-        switch_spec = run.switch
-        ps = ["ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}", "--words", str(switch_spec.words)]
-        switch = ["switch", "--listen", f"{network.switch_ip}:{SWITCH_PORT}", "--control", f"{network.control_ip}:{SWITCH_CONTROL_PORT}",
-                  "--pool", str(switch_spec.pool), "--words", str(switch_spec.words), "--policy", policy,
-                  "--slot-timeout", str(switch_spec.slot_timeout)]  # fmt: skip
-        if switch_spec.max_pps:
-            switch += ["--max-pps", str(switch_spec.max_pps)]
-        if switch_spec.latency:
-            switch += ["--latency", str(switch_spec.latency)]
-        if not switch_spec.result_copies:
-            switch.append("--no-result-copies")
-        if network.bmv2:
-            switch += ["--target", "bmv2", "--mac", network.switch_mac, "--bmv2-log", str(folder / "bmv2.log")]
-            hosts = [*network.workers, network.ps]
-            for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
-                switch += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
-        self.commands = {"switch": (network.switch, switch), "ps": (network.ps.node, ps)}
+        ps = ["ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}", "--words", str(run.switch.words)]
+        self.commands = {"ps": (network.ps.node, ps)}
+        for name, switch in network.switches.items():  # the same pool, words and policy at every one: a racked job's leaves and spine must agree
+            self.commands[name] = (switch.node, _switch_command(run, network, switch, policy, folder))
         self.running: dict[str, Service] = {}
         self.events: list[dict[str, Any]] = []
-        self.counted: dict[str, list[dict[str, Any]]] = {"switch": [], "ps": []}  # of instances stopped by faults
+        self.counted: dict[str, list[dict[str, Any]]] = {name: [] for name in self.commands}  # of instances stopped by faults
         self.starts: Counter[str] = Counter()
-        for name in ("ps", "switch"):  # BMv2 may compile the P4 program first (cached afterwards)
+        for name in self.commands:  # the PS first; BMv2 may compile the P4 program first (cached afterwards)
             self.start(name)
 
     def start(self, name: str) -> None:
@@ -182,19 +174,50 @@ class _Services:
         return thread
 
     def stop_and_count(self) -> dict[str, Any]:
-        """Stop both; their final counters (with those of instances a fault stopped, by name.N)."""
+        """Stop all; their final counters (with those of instances a fault stopped, by name.N)."""
         counts: dict[str, Any] = {name: service.stop_and_count() for name, service in self.running.items()}
         for name, stopped in self.counted.items():
             counts |= {f"{name}.{i + 1}": values for i, values in enumerate(stopped)}
         return counts
 
 
+def _switch_command(run: Run, network: Network, switch: SwitchNode, policy: str, folder: Path) -> list[str]:
+    """`ina switch` arguments for the switch node `switch` (the run's one switch, a leaf or the spine)."""
+    spec = run.switch
+    command = ["switch", "--listen", f"{switch.ip}:{SWITCH_PORT}", "--control", f"{switch.control_ip}:{SWITCH_CONTROL_PORT}",
+               "--pool", str(spec.pool), "--words", str(spec.words), "--policy", policy, "--slot-timeout", str(spec.slot_timeout)]  # fmt: skip
+    if spec.max_pps:
+        command += ["--max-pps", str(spec.max_pps)]
+    if spec.latency:
+        command += ["--latency", str(spec.latency)]
+    if not spec.result_copies:
+        command.append("--no-result-copies")
+    if network.bmv2:
+        command += ["--target", "bmv2", "--mac", switch.mac, "--bmv2-log", str(folder / "bmv2.log")]
+        hosts = [*network.workers, network.ps]
+        for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
+            command += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
+    return command
+
+
+def switch_environment(run: Run, network: Network, job: Job, host: int) -> dict[str, str]:
+    """The switch variables of a switch job's worker on `host`: INA_SWITCH is its rack's leaf and INA_SPINE the spine
+    where the job aggregates at two levels, else INA_SWITCH is the run's one switch (the spine's place in a racked run)."""
+    if run.racks and job.levels == 2:
+        return _addresses("INA_SWITCH", network.switches[f"leaf{run.rack_of(host)}"]) | _addresses("INA_SPINE", network.switches["spine"])
+    return _addresses("INA_SWITCH", network.switches["spine" if run.racks else "switch"])
+
+
+def _addresses(variable: str, switch: SwitchNode) -> dict[str, str]:
+    return {variable: f"{switch.ip}:{SWITCH_PORT}", f"{variable}_CONTROL": f"{switch.control_ip}:{SWITCH_CONTROL_PORT}"}
+
+
 def _record_metrics(run: Run, network: Network, processes: Processes, folder: Path) -> Any:
-    """Scrape the switch's and the PS's /metrics into the round's metrics.jsonl, from the PS host
-    (which reaches both control APIs), until stopped (ina.testbed.scrape)."""
+    """Scrape every switch's and the PS's /metrics into the round's metrics.jsonl, from the PS host
+    (which reaches every control API), until stopped (ina.testbed.scrape)."""
     services = [f"ps={network.ps.ip}:{PS_CONTROL_PORT}"]
     if any(j.transport == "switch" for j in run.jobs):
-        services.append(f"switch={network.control_ip}:{SWITCH_CONTROL_PORT}")
+        services += [f"{name}={switch.control_ip}:{SWITCH_CONTROL_PORT}" for name, switch in network.switches.items()]
     command = [*ina_command()[:2], "ina.testbed.scrape", str(folder / results.METRICS), *services, "--interval", str(METRICS_EVERY)]
     return processes.start("metrics", network.ps.node, command, folder / "metrics.log", base_environment(False))
 
@@ -226,7 +249,7 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
             if job.uses_aggregators:
                 env.update(INA_PS=f"{network.ps.ip}:{PS_PORT}", INA_PS_CONTROL=f"{network.ps.ip}:{PS_CONTROL_PORT}")
             if job.uses_switch:
-                env.update(INA_SWITCH=f"{network.switch_ip}:{SWITCH_PORT}", INA_SWITCH_CONTROL=f"{network.control_ip}:{SWITCH_CONTROL_PORT}")
+                env.update(switch_environment(run, network, job, host))
             command = [*ina_command()[:2], "ina.testbed.worker", str(spec_file), str(job_dir)]
             ranks.append(processes.start(f"{job.name} rank {rank}", endpoint.node, command, job_dir / f"rank{rank}.log", env))
         launched[job.name] = (job, time.monotonic(), ranks)

@@ -21,21 +21,26 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
+from ina.testbed import uplinks
 from ina.testbed.spec import Job, Run
 
 STEP_COLUMNS = ("policy", "job", "method", "step", "wall", "step_time", "loss", "accuracy", "test_loss",
                 "tx_bytes_per_worker", "rx_bytes_per_worker", "hook_bytes_per_worker", "path")  # fmt: skip
 JOB_COLUMNS = ("policy", "job", "method", "workers", "phase", "steps", "parameters", "step_time_median", "tx_bytes_per_worker_step",
                "hook_bytes_per_worker_step", "final_loss", "accuracy", "start", "jct", "params_sha256",
-               "test_loss", "target", "time_to_target", "steps_to_target")  # fmt: skip
+               "test_loss", "target", "time_to_target", "steps_to_target",
+               "levels", "uplink_up_bytes_per_step", "uplink_down_bytes_per_step")  # fmt: skip
+UPLINK_COLUMNS = ("policy", "job", "method", "levels", "step", "rack", "up_bytes", "down_bytes")
 
 SWITCH_COUNTERS = ("aggregated", "completed", "preempted", "collision", "redirected", "flushed", "resend_forwarded")
+LEVEL_COUNTERS = ("sent_up", "descended")
+"""A leaf's, where its switch counts them (docs/protocol.md, section 10)."""
 PS_COUNTERS = ("pieces", "completed", "duplicate", "results_replayed", "status_sent", "flush_sent")
+"""The counters the summary prints (results.json has all of them)."""
 METRICS = "metrics.jsonl"
 """Each round's scrapes of the switch's and the PS's /metrics (ina.testbed.scrape)."""
 HELD = 'ina_switch_job_held{job="'
 """The samples of the slots each job holds at the switch."""
-"""The counters the summary prints (results.json has all of them)."""
 
 
 def read_steps(job_dir: Path, workers: int) -> list[list[dict[str, Any]]]:
@@ -66,7 +71,7 @@ def measured_from(job: Job) -> int:
 
 def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, Any]], counters: dict[str, Any]) -> dict[str, Any]:
     jobs = {j.name: j for j in run.jobs}
-    step_rows, job_rows = [], []
+    step_rows, job_rows, uplink_rows = [], [], []
     for outcome in outcomes:
         job, job_dir = jobs[outcome["job"]], Path(outcome["dir"])
         ranks = read_steps(job_dir, job.workers)
@@ -93,13 +98,37 @@ def write(out: Path, run: Run, rounds: Iterable[str], outcomes: list[dict[str, A
             **time_to_target(job, ranks[0]),
             "paths": path_segments(ranks[0]),
         })  # fmt: skip
+        if run.racks:
+            job_rows[-1] |= uplink_fields(run, job, job_dir, ranks[0], first)
+            uplink_rows += [{"policy": outcome["policy"], "job": job.name, "method": job.method, "levels": job_rows[-1]["levels"],
+                             "step": step, "rack": each["rack"], "up_bytes": round(each["up"]), "down_bytes": round(each["down"])}
+                            for step, racks in enumerate(job_rows[-1].pop("uplinks_per_step")) for each in racks]  # fmt: skip
     _csv(out / "steps.csv", STEP_COLUMNS, step_rows)
     _csv(out / "jobs.csv", JOB_COLUMNS, job_rows)
+    if run.racks:
+        _csv(out / "uplinks.csv", UPLINK_COLUMNS, uplink_rows)
     result = {"run": run.name, "rounds": list(rounds), "jobs": job_rows, "counters": counters}
     (out / "results.json").write_text(json.dumps(result, indent=2))
     names = {(o["policy"], json.loads((Path(o["dir"]) / "summary.json").read_text()).get("job_id")): o["job"] for o in outcomes}
     result["plots"] = plot(out, step_rows, job_rows) + plot_occupancy(out, list(rounds), names)
     return result
+
+
+def uplink_fields(run: Run, job: Job, job_dir: Path, steps: list[dict[str, Any]], first: int) -> dict[str, Any]:
+    """A racked run's job: how it aggregated (`levels`: 2 or 1 for a switch job), the bytes per measured step that each
+    rack's uplink carried up and down (`uplinks`), their mean over the racks its hosts are in, and `uplinks_per_step`
+    (per step, per rack) for uplinks.csv; nothing where the round has no samples (ina.testbed.uplinks)."""
+    samples = uplinks.load(job_dir.parent / uplinks.SAMPLES)
+    fields: dict[str, Any] = {"levels": job.levels if job.uses_switch else None, "uplinks": [], "uplinks_per_step": []}
+    if len(samples) < 2 or not steps[first:]:
+        return fields
+    began = uplinks.began(job_dir, job.phase, job.start)
+    fields["uplinks"] = [{k: round(v) for k, v in rack.items()} for rack in uplinks.per_measured_step(samples, began, steps[first:])]
+    fields["uplinks_per_step"] = uplinks.per_step(samples, began, steps)
+    used = [fields["uplinks"][r] for r in sorted({run.rack_of(host) for host in job.hosts})]
+    for way in ("up", "down"):
+        fields[f"uplink_{way}_bytes_per_step"] = statistics.mean(rack[way] for rack in used)
+    return fields
 
 
 def time_to_target(job: Job, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -127,13 +156,13 @@ def path_segments(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def occupancy(path: Path) -> dict[int, list[tuple[float, float]]]:
-    """Per job id, (seconds since the round's services started, slots it held at the switch) at each scrape."""
+    """Per job id, (seconds since the round's services started, slots it held at the switch or the spine) at each scrape."""
     series: dict[int, list[tuple[float, float]]] = {}
     if not path.exists():
         return series
     for line in path.read_text().splitlines():
         scrape = json.loads(line)
-        if scrape.get("role") != "switch":
+        if scrape.get("role") not in ("switch", "spine"):  # a racked run's: the spine's slots
             continue
         for name, value in scrape["samples"].items():
             if name.startswith(HELD):
@@ -184,9 +213,14 @@ def table(result: dict[str, Any]) -> list[str]:
             what = {"link_loss_drops": "the loss rules", "link_queue_drops": "full link queues"}.get(policy, "full UDP socket buffers")
             lines.append(f"{what} dropped {sum(services.values())} packets")
             continue
-        for name, keys in (("switch", SWITCH_COUNTERS), ("ps", PS_COUNTERS)):
-            if services.get(name):
-                lines.append(f"[{policy}] {name}: " + ", ".join(f"{k} {services[name].get(k, 0)}" for k in keys))
+        for name, values in services.items():
+            keys = PS_COUNTERS if name == "ps" else SWITCH_COUNTERS + tuple(k for k in LEVEL_COUNTERS if k in values)
+            if values and "." not in name:  # an instance a fault stopped (switch.1) is in results.json
+                lines.append(f"[{policy}] {name}: " + ", ".join(f"{k} {values.get(k, 0)}" for k in keys))
+    for row in result["jobs"]:
+        if row.get("uplinks"):
+            lines.append(f"[{row['policy']}] {row['job']} ({_levels(row['levels'])}) bytes a step on each rack's uplink, up/down: "
+                         + ", ".join(f"rack {u['rack']} {u['up']:,}/{u['down']:,}" for u in row["uplinks"]))  # fmt: skip
     for row in result["jobs"]:
         if len(row.get("paths", [])) > 1:  # the job changed paths: what each cost
             lines.append(f"[{row['policy']}] {row['job']} paths: " + "; ".join(
@@ -199,6 +233,10 @@ def table(result: dict[str, Any]) -> list[str]:
     if result.get("plots"):
         lines.append("plots: " + ", ".join(result["plots"]))
     return lines
+
+
+def _levels(levels: int | None) -> str:
+    return {2: "leaves, then the spine", 1: "the spine alone"}.get(levels or 0, "no switch")
 
 
 def plot(out: Path, steps: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[str]:

@@ -26,6 +26,10 @@ TARGETS = ("software", "bmv2")
 MODELS = {"mlp": ("digits", 0.05), "convnet": ("digits", 0.1), "transformer": ("pydoc", 0.003)}
 """Each model kind of ina.workloads: its data set and its default learning rate."""
 MAX_HOSTS = 200
+MAX_RACKS = MAX_RACK_HOSTS = 32
+"""docs/protocol.md, section 10: a racked job spans 2..32 racks of 1..32 workers each."""
+LEVELS = (1, 2)
+"""How a racked run's switch job aggregates: 2 at its racks' leaves, then the spine; 1 at the spine alone."""
 
 
 class SpecError(ValueError):
@@ -92,6 +96,7 @@ class Job:
     compute: float = 0.0  # seconds of emulated accelerator compute per step (a sleep: it takes no CPU)
     eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
     seed: int = 0
+    levels: int = 2  # a racked run's switch job: 2 sums at its racks' leaves, then the spine; 1 sends every worker to the spine
 
     @property
     def method(self) -> str:
@@ -118,11 +123,11 @@ class Job:
 
 @dataclass(frozen=True)
 class Fault:
-    """At `at` seconds after a round's first jobs begin training, stop or start the switch or the PS (it keeps its jobs on disk)."""
+    """At `at` seconds after a round's first jobs begin training, stop or start a switch or the PS (it keeps its jobs on disk)."""
 
     at: float
     action: str  # "stop" or "start"
-    service: str  # "switch" or "ps"
+    service: str  # "ps", or a switch of `Run.switch_names`: "switch", or a racked run's "spine" and "leaf0", "leaf1", ...
 
 
 @dataclass(frozen=True)
@@ -135,14 +140,33 @@ class Run:
     switch: Switch = field(default_factory=Switch)
     timeout: float = 900.0  # seconds for the whole run; then everything is stopped
     faults: tuple[Fault, ...] = ()
+    racks: tuple[tuple[int, ...], ...] = ()  # the worker hosts under each rack's leaf; (): one switch node for every host
+    uplink: Optional[Link] = None  # each leaf's link to the spine; None: `link`
 
     @property
     def ps_host_link(self) -> Link:
         return self.ps_link or self.link
 
     @property
+    def uplink_link(self) -> Link:
+        return self.uplink or self.link
+
+    @property
+    def links(self) -> tuple[Link, ...]:
+        """Every shape of link the network has."""
+        return (self.link, self.ps_host_link, *((self.uplink_link,) if self.racks else ()))
+
+    @property
     def lossy(self) -> bool:
-        return self.link.lossy or self.ps_host_link.lossy
+        return any(link.lossy for link in self.links)
+
+    @property
+    def switch_names(self) -> tuple[str, ...]:
+        return switch_names(len(self.racks))
+
+    def rack_of(self, host: int) -> int:
+        """The rack whose leaf worker host `host` sits under (a racked run's)."""
+        return next(r for r, hosts in enumerate(self.racks) if host in hosts)
 
     @property
     def phases(self) -> list[list[Job]]:
@@ -150,6 +174,12 @@ class Run:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
+
+
+def switch_names(racks: int) -> tuple[str, ...]:
+    """A run's `ina switch` instances, by the names of their logs, counters and faults: one "switch", or each
+    rack's leaf ("leaf0", "leaf1", ...) and the "spine"."""
+    return (*(f"leaf{r}" for r in range(racks)), "spine") if racks else ("switch",)
 
 
 def job_from_json(text: str) -> Job:
@@ -184,32 +214,77 @@ def parse(document: Any, default_name: str = "run") -> Run:
     link = _link(_Fields(topology.take("link", dict, {}), "topology.link"), Link())
     given_ps_link = topology.take("ps_link", dict, None)
     ps_link = _link(_Fields(given_ps_link, "topology.ps_link"), link) if given_ps_link is not None else None
+    racks = _racks(topology.take("racks", list, []))
+    given_uplink = topology.take("uplink", dict, None)
+    if given_uplink is not None and not racks:
+        raise SpecError("topology.uplink: only a racked topology has uplinks; give topology.racks (the worker hosts under each leaf)")
+    uplink = _link(_Fields(given_uplink, "topology.uplink"), link) if given_uplink is not None else None
     topology.done()
     switch = _switch(_Fields(top.take("switch", dict, {}), "switch"))
     timeout = top.take("timeout", float, Run.timeout, check=_between(1, 86_400))
-    faults = _faults(top.take("faults", list, []))
+    faults = _faults(top.take("faults", list, []), switch_names(len(racks)))
     raw_jobs = top.take("jobs", list, None)
     top.done()
     if not raw_jobs:
         raise SpecError("the run file: 'jobs' must list at least one job")
-    jobs = tuple(_job(_Fields(raw, f"jobs[{i}]"), i) for i, raw in enumerate(raw_jobs))
+    jobs = tuple(_job(_Fields(raw, f"jobs[{i}]"), i, bool(racks)) for i, raw in enumerate(raw_jobs))
     names = [j.name for j in jobs]
     for n in names:
         if names.count(n) > 1:
             raise SpecError(f"jobs: the name {n!r} is used twice; job names must differ")
     needed = max(max(j.hosts) + 1 for j in jobs)
     if worker_hosts == 0:
-        worker_hosts = needed
+        worker_hosts = max(needed, *(max(hosts) + 1 for hosts in racks)) if racks else needed
     elif worker_hosts < needed:
         raise SpecError(f"topology.workers: {worker_hosts} worker hosts, but a job places a rank on host {needed - 1}; "
                         f"set topology.workers to at least {needed}")  # fmt: skip
+    if racks:
+        _every_host_in_a_rack(racks, worker_hosts)
     for job in jobs:
         if job.window is not None and job.transport == "switch" and job.window > switch.pool:
             raise SpecError(f"job {job.name!r}: window {job.window} exceeds the switch's pool of {switch.pool} slots")
     if faults and not any(j.uses_aggregators for j in jobs):
         raise SpecError("faults: stop and start the switch or the PS, which only jobs with the switch or ps transport use")
-    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, ps_link=ps_link, switch=switch, timeout=timeout,
-               faults=faults)  # fmt: skip
+    run = Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, ps_link=ps_link, switch=switch, timeout=timeout,
+              faults=faults, racks=racks, uplink=uplink)  # fmt: skip
+    _software_if_racked(run)
+    return run
+
+
+def _racks(given: list[Any]) -> tuple[tuple[int, ...], ...]:
+    """`[[0, 1], [2, 3, 4]]`: the worker hosts under each rack's leaf, each host under one."""
+    if not given:
+        return ()
+    fits = 2 <= len(given) <= MAX_RACKS and all(
+        isinstance(hosts, list) and 1 <= len(hosts) <= MAX_RACK_HOSTS and all(type(h) is int and h >= 0 for h in hosts) for hosts in given
+    )
+    if not fits:
+        raise SpecError(f"topology.racks: {given!r}: give 2..{MAX_RACKS} racks, each a list of 1..{MAX_RACK_HOSTS} worker host "
+                        f"numbers (the hosts under its leaf), e.g. [[0, 1], [2, 3]]")  # fmt: skip
+    seen: dict[int, int] = {}
+    for rack, hosts in enumerate(given):
+        for host in hosts:
+            if host in seen:
+                raise SpecError(f"topology.racks: worker host {host} is in rack {seen[host]} and rack {rack}; a host sits under one leaf")
+            seen[host] = rack
+    return tuple(tuple(hosts) for hosts in given)
+
+
+def _every_host_in_a_rack(racks: tuple[tuple[int, ...], ...], worker_hosts: int) -> None:
+    placed = {host for hosts in racks for host in hosts}
+    beyond = sorted(placed - set(range(worker_hosts)))
+    if beyond:
+        raise SpecError(f"topology.racks: worker host(s) {beyond}, but topology.workers is {worker_hosts} (hosts 0..{worker_hosts - 1})")
+    missing = sorted(set(range(worker_hosts)) - placed)
+    if missing:
+        raise SpecError(f"topology.racks: worker host(s) {missing} are in no rack; every worker host sits under one rack's leaf")
+
+
+def _software_if_racked(run: Run) -> None:
+    """BMv2 runs as the one switch node of a flat network; racks take the software switch at every leaf and the spine."""
+    if run.racks and run.switch.target != "software":
+        raise SpecError(f"switch.target: {run.switch.target} serves a network of one switch node; a racked topology "
+                        f"(topology.racks) runs the software switch at its leaves and spine: set switch.target to software")  # fmt: skip
 
 
 def _link(fields: _Fields, default: Link) -> Link:
@@ -224,16 +299,23 @@ def _link(fields: _Fields, default: Link) -> Link:
 
 
 def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, pool: Optional[int] = None,
-               result_copies: Optional[bool] = None, seed: Optional[int] = None) -> Run:  # fmt: skip
-    """`run` with the switch's policies (comma-separated), its queues, its pool, its result copies or every job's
-    seed replaced where given, checked as the run file's fields are."""
+               result_copies: Optional[bool] = None, seed: Optional[int] = None, levels: Optional[int] = None) -> Run:  # fmt: skip
+    """`run` with the switch's policies (comma-separated), its queues, its pool, its result copies, every job's
+    seed or every switch job's levels replaced where given, checked as the run file's fields are (and the
+    switch's target, which the CLI may have replaced, against the racks)."""
     given = {"policy": policy.split(",") if policy else None, "queues": queues, "pool": pool, "result_copies": result_copies}
     switch = {name: value for name, value in asdict(run.switch).items() if name != "policies"} | {"policy": list(run.switch.policies)}
     checked = _switch(_Fields(switch | {name: value for name, value in given.items() if value is not None}, "switch"))
     if seed is not None and not 0 <= seed <= 2**31 - 1:
         raise SpecError(f"--seed {seed}: must be between 0 and {2**31 - 1}")
     jobs = run.jobs if seed is None else tuple(replace(job, seed=seed) for job in run.jobs)
-    return replace(run, switch=checked, jobs=jobs)
+    if levels is not None:
+        if not run.racks or levels not in LEVELS:
+            raise SpecError(f"--levels {levels}: give 2 (leaves, then the spine) or 1 (the spine alone) for a run file with topology.racks")
+        jobs = tuple(replace(job, levels=levels) if job.uses_switch else job for job in jobs)
+    result = replace(run, switch=checked, jobs=jobs)
+    _software_if_racked(result)
+    return result
 
 
 def static_window(job: Job, run: Run) -> int:
@@ -244,16 +326,19 @@ def static_window(job: Job, run: Run) -> int:
     return min(job.window or share, share)
 
 
-def _faults(items: list[Any]) -> tuple[Fault, ...]:
-    """`[{at: 20, stop: switch}, {at: 35, start: switch}]`: each service stopped before it is started again."""
-    faults, running = [], {"switch": True, "ps": True}
+def _faults(items: list[Any], switches: tuple[str, ...]) -> tuple[Fault, ...]:
+    """`[{at: 20, stop: switch}, {at: 35, start: switch}]`: each service stopped before it is started again; the
+    services are the PS and `switches` (a racked run's spine and leaves)."""
+    services = (*switches, "ps")
+    faults, running = [], dict.fromkeys(services, True)
     for i, item in enumerate(items):
         fields = _Fields(item, f"faults[{i}]")
         at = fields.take("at", float, None, check=_between(0, 86_400))
-        stop, start = (fields.take(action, str, None, check=_one_of(("switch", "ps"))) for action in ("stop", "start"))
+        stop, start = (fields.take(action, str, None, check=_one_of(services)) for action in ("stop", "start"))
         fields.done()
         if at is None or (stop is None) == (start is None):
-            raise SpecError(f"faults[{i}]: give 'at' (seconds after the jobs begin training) and one of 'stop' or 'start' (switch or ps)")
+            raise SpecError(f"faults[{i}]: give 'at' (seconds after the jobs begin training) and one of 'stop' or 'start' "
+                            f"({' or '.join(services)})")  # fmt: skip
         service = stop or start
         if running[service] != (stop is not None) or (faults and at < faults[-1].at):
             raise SpecError(f"faults[{i}]: {'stop' if stop else 'start'} {service} at {at:g} s: faults come in time order, "
@@ -288,7 +373,7 @@ def _switch(fields: _Fields) -> Switch:
                   queues=queues, max_pps=max_pps, latency=latency, result_copies=result_copies)
 
 
-def _job(fields: _Fields, index: int) -> Job:
+def _job(fields: _Fields, index: int, racked: bool) -> Job:
     name = fields.take("name", str, f"job{index}", check=_identifier)
     given_hosts = fields.take("hosts", list, None)
     workers = fields.take("workers", int, len(given_hosts) if given_hosts else Job.workers, check=_between(1, 64))
@@ -331,6 +416,7 @@ def _job(fields: _Fields, index: int) -> Job:
         compute=fields.take("compute", float, Job.compute, check=_between(0, 3600)),
         eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
         seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
+        levels=fields.take("levels", int, Job.levels, check=_between(*LEVELS)),
     )  # fmt: skip
     fields.done()
     job = Job(**values)
@@ -340,6 +426,9 @@ def _job(fields: _Fields, index: int) -> Job:
         for option in ("transport", "priority", "priority_policy", "window", "min_rto", "failover", "failback", "hierarchy"):
             if option in fields.given and (option != "transport" or job.transport != "collective"):
                 raise SpecError(f"{fields.where}.{option}: only thc jobs take it (hook is {job.hook!r})")
+    if "levels" in fields.given and not (racked and job.uses_switch):
+        raise SpecError(f"{fields.where}.levels: only a switch job (hook thc, transport switch) of a racked run (topology.racks) "
+                        f"aggregates at levels")  # fmt: skip
     if job.hook != "topk" and "ratio" in fields.given:
         raise SpecError(f"{fields.where}.ratio: only topk jobs take it (hook is {job.hook!r})")
     if job.hook in ("powersgd", "topk") and job.warm_up < 2:
