@@ -57,6 +57,7 @@ typedef struct {
     uint32_t role;  /* ROLE_*; a leaf's: */
     uint32_t rack, racks_full; /* its rack at the spine, and the job's full rack bitmap (a descending RESULT's) */
     ina_addr up;               /* the spine's data address */
+    uint8_t data_flags, data_want; /* a DATA's flags & data_flags must be data_want: SPINE at a spine (without RESEND) only */
     ina_addr workers[INA_MAX_WORKERS];
     uint32_t full;
 } job_row;
@@ -237,12 +238,14 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
     }
     int32_t r = sw->index[h.job];
     const job_row *row = r >= 0 ? &sw->rows[r] : NULL; /* a DATA's rank is below 32 (ina_parse) */
-    uint32_t role = row ? row->role : ROLE_ONLY;
-    int is_data = h.kind == INA_DATA, is_descend = h.kind == INA_RESULT && role == ROLE_LEAF;
-    int is_release = h.kind == INA_RESULT && sw->policy == POLICY_ATP && !is_descend;
-    if (!is_data && h.kind != INA_FLUSH && !is_release && !is_descend) {
-        sw->count[C_UNEXPECTED]++;
-        return;
+    int is_data = h.kind == INA_DATA, is_descend = 0, is_release = 0;
+    if (!is_data && h.kind != INA_FLUSH) {
+        is_descend = h.kind == INA_RESULT && row && row->role == ROLE_LEAF;
+        is_release = h.kind == INA_RESULT && sw->policy == POLICY_ATP && !is_descend;
+        if (!is_descend && !is_release) {
+            sw->count[C_UNEXPECTED]++;
+            return;
+        }
     }
     if (!row || (is_data && h.rank >= row->fanin) ||
         !ina_addr_eq(source, is_data ? row->workers[h.rank] : is_descend ? row->up : row->ps)) {
@@ -253,11 +256,10 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
         sw->count[C_BAD_SLOT]++;
         return;
     }
-    int op = (h.flags & INA_FLAG_MAX) != 0, spine = (h.flags & INA_FLAG_SPINE) != 0; /* a packet of the spine level */
-    if ((is_data && (h.index_bits != 0 || h.lane_bits != (op ? 32u : row->lane_bits) || spine != (role == ROLE_SPINE) ||
-                     (role == ROLE_SPINE && (h.flags & INA_FLAG_RESEND)))) || /* a leaf never resends its sum */
-        (is_release && (!(h.flags & INA_FLAG_HOLD) || h.bitmap != row->full)) ||
-        (is_descend && (!spine || h.bitmap != row->racks_full))) {
+    int op = (h.flags & INA_FLAG_MAX) != 0;
+    if (is_data ? (h.index_bits | ((h.flags & row->data_flags) ^ row->data_want)) != 0 || h.lane_bits != (op ? 32u : row->lane_bits)
+                : (is_release && (!(h.flags & INA_FLAG_HOLD) || h.bitmap != row->full)) ||
+                      (is_descend && (!(h.flags & INA_FLAG_SPINE) || h.bitmap != row->racks_full))) {
         sw->count[C_BAD_FORMAT]++;
         return;
     }
@@ -366,6 +368,8 @@ static int read_row(const Switch *self, const uint32_t *w, job_row *row) {
     row->role = w[10], row->rack = w[11], row->racks_full = w[12], row->up = (ina_addr){w[13], (uint16_t)w[14]};
     for (unsigned r = 0; r < INA_MAX_WORKERS; r++) row->workers[r] = (ina_addr){w[15 + 2 * r], (uint16_t)w[16 + 2 * r]};
     row->full = row->fanin >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << row->fanin) - 1;
+    int spine = row->role == ROLE_SPINE; /* a packet of the spine level: a leaf's sum, which it never resends */
+    row->data_flags = INA_FLAG_SPINE | (spine ? INA_FLAG_RESEND : 0), row->data_want = spine ? INA_FLAG_SPINE : 0;
     uint32_t span = row->span_mask + 1;
     if (row->job > 0xFFFF || row->fanin < 1 || row->fanin > INA_MAX_WORKERS || row->slot_base >= self->pool ||
         span == 0 || span > self->pool || (span & row->span_mask) || !ina_lane_width_ok(row->lane_bits) ||
