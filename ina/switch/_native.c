@@ -139,6 +139,26 @@ static void forward(Switch *sw, const job_row *row, const uint8_t *data, size_t 
     sw->count[C_TX]++;
 }
 
+/* Payload words (big-endian on the wire) added into host-order sums modulo 2^32, or their maxima taken: a whole
+ * vector at a time where the CPU has one (INA_WORD_COPY, as ina_load_words), whatever the compiler makes of the
+ * code around the call. */
+INA_WORD_COPY void add_words(uint32_t *restrict sum, const uint8_t *restrict src, size_t words) {
+    for (size_t i = 0; i < words; i++) {
+        uint32_t v;
+        memcpy(&v, src + 4 * i, 4);
+        sum[i] += ina_be32(v);
+    }
+}
+
+INA_WORD_COPY void max_words(uint32_t *restrict most, const uint8_t *restrict src, size_t words) {
+    for (size_t i = 0; i < words; i++) {
+        uint32_t v;
+        memcpy(&v, src + 4 * i, 4);
+        v = ina_be32(v);
+        most[i] = v > most[i] ? v : most[i];
+    }
+}
+
 /* Add (or take the maximum of) a payload of `words` words into slot s, or start it there (`claim`: the rest of the
  * slot's K words zeroed, as the Python core's); complete when full: the RESULT, or at a leaf the rack's sum up. */
 static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int claim, uint32_t bit, uint32_t prio,
@@ -150,12 +170,9 @@ static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int 
         sw->bitmap[s] = bit, sw->prio[s] = prio, sw->chunk_words[s] = words;
     } else {
         if (key_op(key)) {
-            for (uint32_t i = 0; i < words; i++) {
-                uint32_t v = ina_load32(payload + 4 * i);
-                value[i] = v > value[i] ? v : value[i];
-            }
+            max_words(value, payload, words);
         } else {
-            for (uint32_t i = 0; i < words; i++) value[i] += ina_load32(payload + 4 * i);
+            add_words(value, payload, words);
         }
         sw->bitmap[s] |= bit;
         if (prio > sw->prio[s]) sw->prio[s] = prio;
