@@ -1,7 +1,8 @@
 """Differential fuzzing of the native switch against the Python reference (docs/protocol.md, section 5).
 
 Random traffic mixes real aggregation (bursts of a chunk from every worker, of K words or fewer, resends,
-FLUSH requests, idle sweeps) with hostile packets: truncated or extended valid packets, valid headers with one
+FLUSH requests, returned and descending RESULTs, idle sweeps; among the jobs a racked job's leaf and another's
+spine, section 10) with hostile packets: truncated or extended valid packets, valid headers with one
 field set to a random value (kind, job, rank, slot, lane and index bits, flags, bitmap), packets
 from foreign sources, and random bytes. Both cores get the same batches; after every batch and
 sweep their output packets (bytes, destinations, order), counters and slot registers must be
@@ -14,49 +15,88 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from switch_support import NATIVE_BUILT, Rig, job_spec, worker_addr
+from switch_support import NATIVE_BUILT, Rig, job_spec, ps_addr, worker_addr
 
+from ina.control import Endpoint, JobSpec
+from ina.control.jobs import Uplink
 from ina.net.node import Datagram
+from ina.protocol import Flag
 from ina.switch import OUTCOMES
 from ina.switch.core import DROPS
 
 pytestmark = pytest.mark.skipif(not NATIVE_BUILT, reason="the native switch is not built (or INA_NATIVE_PACKETS=0)")
 
-JOBS = {1: 3, 2: 2, 3: 1, 4: 32}  # job: workers
+JOBS = {1: 3, 2: 2, 3: 1, 4: 32, 5: 2, 6: 3}  # job: workers
+LEAF, SPINE = 5, 6
+"""Job 5 is served as rack 1's leaf (its sums go up to UPLINK), job 6 as the spine of its 3 leaves (docs/protocol.md, section 10)."""
+UPLINK, RACK, RACKS_FULL = ("127.0.0.1", 47100), 1, 0b111
 WORDS = 3
 FIELDS = {"kind": 2, "flags": 3, "job": 4, "rank": 6, "priority": 7, "slot": 12, "index_bits": 14, "lane_bits": 15, "bitmap": 16}
 """Byte offsets of the header fields a mutation may overwrite (section 2)."""
 
 
 def make_rig(policy: str, path: str) -> Rig:
-    rig = Rig(pool=8, words=WORDS, policy=policy, slot_timeout=0.5, path=path)
+    """Jobs 1-4 fill a pool of 8 with partitions; the racked jobs then share it with them (under static, which never
+    shares, they take partitions of a pool of 16: the leaf the one its spine chose, slots 10-11)."""
+    static = policy == "static"
+    pool = 16 if static else 8
+    rig = Rig(pool=pool, words=WORDS, policy=policy, slot_timeout=0.5, path=path)
     rig.register(job_spec(1, workers=3, window=2))
     rig.register(job_spec(2, workers=2, window=4, priority_cap=3))
     rig.register(job_spec(3, workers=1, window=1, lane_bits=16))
     rig.register(job_spec(4, workers=32, window=1, lane_bits=32))
+    uplink = Uplink(*UPLINK, rack=RACK, racks=3, slot_base=10 if static else 1, span=2 if static else pool, pool=pool)
+    rig.register(JobSpec(LEAF, tuple(Endpoint(*worker_addr(LEAF, r)) for r in range(JOBS[LEAF])), 2, ps=Endpoint(*ps_addr(LEAF)),
+                         uplink=uplink))  # fmt: skip
+    rig.register(JobSpec(SPINE, tuple(Endpoint(*worker_addr(SPINE, r)) for r in range(JOBS[SPINE])), 2, priority_cap=200,
+                         ps=Endpoint(*ps_addr(SPINE)), level="spine"))  # fmt: skip
     return rig
+
+
+def flagged(packet: Datagram, flags: Flag, source: tuple[str, int] | None = None) -> Datagram:
+    """`packet` with `flags` set too (and from `source`)."""
+    data = bytearray(packet.data)
+    data[3] |= int(flags)
+    return Datagram(bytes(data), source or packet.addr)
+
+
+def data(rig: Rig, job: int, rank: int, seq: int, values: list[int], **how) -> Datagram:
+    """A worker's DATA; at the spine job a leaf's sum, flagged SPINE."""
+    packet = rig.data(job, rank, seq, values, **how)
+    return flagged(packet, Flag.SPINE) if job == SPINE else packet
+
+
+def result(rig: Rig, job: int, seq: int, values: list[int], op_max: bool) -> Datagram:
+    """A RESULT coming back: at the leaf job its spine's (SPINE, every rack), else its PS's under atp (HOLD; the spine
+    job's flagged SPINE too)."""
+    if job == LEAF:
+        return flagged(rig.returned(job, seq, values, op_max=op_max, hold=False, bitmap=RACKS_FULL), Flag.SPINE, UPLINK)
+    packet = rig.returned(job, seq, values, op_max=op_max)
+    return flagged(packet, Flag.SPINE) if job == SPINE else packet
 
 
 short = st.integers(1, WORDS).flatmap(lambda size: st.lists(st.integers(0, 2**32 - 1), min_size=size, max_size=size))
 """A chunk of K words or fewer (a bucket's tail, a MAX)."""
 seqs = st.one_of(st.integers(0, 17), st.integers(0, 17), st.integers(0, 17), st.integers(2**32 - 4, 2**32 - 1), st.integers(0, 2**32 - 1))
-NEAR = {"kind": range(9), "flags": range(4), "job": range(6), "rank": range(4), "priority": range(4), "slot": range(9),
+NEAR = {"kind": range(9), "flags": range(16), "job": range(8), "rank": range(4), "priority": range(4), "slot": range(9),
         "index_bits": range(10), "lane_bits": (0, 8, 16, 32, 64), "bitmap": (0, 1, 2, 3, 4, 7)}
 """Values near the valid ones for each field, so that a mutation reaches every check, not only the first."""
 
 
 @st.composite
 def valid(draw, rig: Rig) -> Datagram:
-    """A DATA, FLUSH or returned RESULT (atp) a registered worker or PS could send."""
+    """A DATA, FLUSH or returned RESULT (atp; the leaf job: its spine's RESULT) a registered worker, leaf, PS or
+    spine could send (a leaf's RESEND at the spine job, bad_format, now and then)."""
     job = draw(st.sampled_from(sorted(JOBS)))
     seq = draw(seqs)
     kind = draw(st.integers(0, 11))
     if kind == 0:
         return rig.flush(job, seq, op_max=draw(st.booleans()))
     if kind == 1:
-        return rig.returned(job, seq, draw(short), op_max=draw(st.booleans()))
-    return rig.data(job, draw(st.integers(0, JOBS[job] - 1)), seq, draw(short), resend=draw(st.booleans()),
-                    prio=draw(st.integers(0, 255)), op_max=draw(st.integers(0, 4)) == 0)  # fmt: skip
+        return result(rig, job, seq, draw(short), op_max=draw(st.booleans()))
+    resend = draw(st.integers(0, 7)) == 0 if job == SPINE else draw(st.booleans())
+    return data(rig, job, draw(st.integers(0, JOBS[job] - 1)), seq, draw(short), resend=resend, prio=draw(st.integers(0, 255)),
+                op_max=draw(st.integers(0, 4)) == 0)  # fmt: skip
 
 
 def other_ps(packet: Datagram) -> tuple[str, int]:
@@ -70,7 +110,7 @@ def hostile(draw, rig: Rig) -> Datagram:
     """A valid packet broken in one way, or random bytes."""
     packet = draw(valid(rig))
     data, source = bytearray(packet.data), packet.addr
-    how = draw(st.sampled_from(["truncate", "extend", "field", "field", "kind", "byte", "source", "random"]))
+    how = draw(st.sampled_from(["truncate", "extend", "field", "field", "kind", "flag", "byte", "source", "random"]))
     if how == "truncate":
         data = data[: draw(st.integers(0, len(data) - 1))]
     elif how == "extend":
@@ -83,10 +123,12 @@ def hostile(draw, rig: Rig) -> Datagram:
         kind = draw(st.integers(1, 8))
         data[2] = kind
         data = data if kind in (1, 2, 3) else data[:20]
+    elif how == "flag":  # one flag toggled: RESEND, MAX, HOLD or SPINE, each checked by kind and role
+        data[3] ^= 1 << draw(st.integers(0, 3))
     elif how == "byte":
         data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
     elif how == "source":
-        source = draw(st.sampled_from([("127.0.0.1", 1), ("10.1.2.3", source[1]), worker_addr(1, 1), other_ps(packet)]))
+        source = draw(st.sampled_from([("127.0.0.1", 1), ("10.1.2.3", source[1]), worker_addr(1, 1), other_ps(packet), UPLINK]))
     else:
         data = bytearray(draw(st.binary(max_size=80)))
     return Datagram(bytes(data), source)
@@ -95,20 +137,22 @@ def hostile(draw, rig: Rig) -> Datagram:
 @st.composite
 def burst(draw, rig: Rig) -> list[Datagram]:
     """Workers of a job sending one chunk, shuffled: all of them, or some (a partial stays in its
-    slot), with duplicates now and then, maybe followed by a RESEND or a FLUSH of the chunk."""
+    slot), with duplicates now and then, maybe followed by a RESEND, a FLUSH or the chunk's RESULT coming back."""
     job, seq, prio = draw(st.sampled_from(sorted(JOBS))), draw(st.one_of(st.integers(0, 7), seqs)), draw(st.integers(0, 255))
     op_max = draw(st.integers(0, 4)) == 0
     ranks = range(JOBS[job]) if draw(st.booleans()) else sorted(draw(st.sets(st.integers(0, JOBS[job] - 1), min_size=1)))
     size = draw(st.sampled_from([WORDS, WORDS, 1, draw(st.integers(1, WORDS))]))  # every rank cuts the chunk alike
     sized = st.lists(st.integers(0, 2**32 - 1), min_size=size, max_size=size)
-    packets = [rig.data(job, r, seq, draw(sized if draw(st.integers(0, 9)) else short), prio=prio, op_max=op_max) for r in ranks]
+    packets = [data(rig, job, r, seq, draw(sized if draw(st.integers(0, 9)) else short), prio=prio, op_max=op_max) for r in ranks]
     packets += draw(st.lists(st.sampled_from(packets), max_size=2))
     packets = draw(st.permutations(packets))
-    after = draw(st.sampled_from(["none", "resend", "flush"]))
+    after = draw(st.sampled_from(["none", "resend", "flush", "back", "back"]))
     if after == "resend":
-        packets.append(rig.data(job, draw(st.sampled_from(list(ranks))), seq, draw(sized), prio=prio, op_max=op_max, resend=True))
+        packets.append(data(rig, job, draw(st.sampled_from(list(ranks))), seq, draw(sized), prio=prio, op_max=op_max, resend=True))
     elif after == "flush":
         packets.append(rig.flush(job, seq, op_max=op_max))
+    elif after == "back":
+        packets.append(result(rig, job, seq, draw(sized), op_max))
     return packets
 
 

@@ -4,7 +4,9 @@
  * Python core's batches equal (tests/test_switch_batch.py): the same output packets, counters and
  * slot registers. The job table stays in Python (ina/switch/state.py `Jobs`: registration checks,
  * policy, slot_base and partition choice, tokens and quotas); ina/switch/native.py pushes what the
- * data plane needs of it here with `set_jobs`, under the loop's lock.
+ * data plane needs of it here with `set_jobs`, under the loop's lock. A job is served in one role (section 10):
+ * its only switch, a leaf of a racked job (sums its rack, sends the sum up, passes the spine's RESULT down) or
+ * its spine (sums the leaves' SPINE DATA, flags what it sends).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -17,10 +19,11 @@
 #define COUNTER_NAMES                                                                                                  \
     X(RX, "rx_packets") X(TX, "tx_packets") X(MALFORMED, "malformed") X(UNEXPECTED, "unexpected")                       \
     X(UNREGISTERED, "unregistered") X(BAD_SLOT, "bad_slot") X(BAD_FORMAT, "bad_format") X(DUPLICATE, "duplicate")     \
-    X(CLAIMED, "claimed") X(AGGREGATED, "aggregated") X(COMPLETED, "completed") X(PREEMPTED, "preempted")             \
-    X(COLLISION, "collision") X(REDIRECTED, "redirected") X(RESEND_FORWARDED, "resend_forwarded")                     \
-    X(STRAGGLER, "straggler") X(FLUSHED, "flushed") X(STALE, "stale") X(FLUSH_REQUESTS, "flush_requests")             \
-    X(FLUSH_HITS, "flush_hits") X(RELEASES, "releases") X(RELEASE_HITS, "release_hits") X(SWEPT, "swept")
+    X(CLAIMED, "claimed") X(AGGREGATED, "aggregated") X(COMPLETED, "completed") X(SENT_UP, "sent_up")                 \
+    X(PREEMPTED, "preempted") X(COLLISION, "collision") X(REDIRECTED, "redirected")                                   \
+    X(RESEND_FORWARDED, "resend_forwarded") X(STRAGGLER, "straggler") X(FLUSHED, "flushed") X(STALE, "stale")         \
+    X(FLUSH_REQUESTS, "flush_requests") X(FLUSH_HITS, "flush_hits") X(RELEASES, "releases")                           \
+    X(RELEASE_HITS, "release_hits") X(DESCENDED, "descended") X(SWEPT, "swept")
 
 #define X(id, name) C_##id,
 enum { COUNTER_NAMES C_COUNT };
@@ -35,6 +38,7 @@ static const char *const counter_names[] = {COUNTER_NAMES};
 enum { J_COMPLETED, J_PREEMPTING, J_PREEMPTED, J_COLLISIONS, J_COUNT };
 
 enum { POLICY_ESA = 0, POLICY_FCFS = 1, POLICY_ATP = 2, POLICY_STATIC = 3 }; /* ina/switch/config.py POLICIES */
+enum { ROLE_ONLY = 0, ROLE_LEAF = 1, ROLE_SPINE = 2 };                          /* ina/switch/state.py Role */
 
 /* A chunk key as ina/switch/state.py packs it: valid | op << 48 | job << 32 | seq; 0 is "none". */
 #define KEY_VALID ((uint64_t)1 << 49)
@@ -50,10 +54,14 @@ typedef struct {
     uint32_t job, fanin, slot_base, span_mask, lane_bits, priority_cap;
     ina_addr ps;
     ina_addr group; /* the job's RESULT group; port 0: none, RESULTs go to every worker */
+    uint32_t role;  /* ROLE_*; a leaf's: */
+    uint32_t rack, racks_full; /* its rack at the spine, and the job's full rack bitmap (a descending RESULT's) */
+    ina_addr up;               /* the spine's data address */
+    uint8_t data_flags, data_want; /* a DATA's flags & data_flags must be data_want: SPINE at a spine (without RESEND) only */
     ina_addr workers[INA_MAX_WORKERS];
     uint32_t full;
 } job_row;
-enum { JOB_WORDS = 10 + 2 * INA_MAX_WORKERS };
+enum { JOB_WORDS = 15 + 2 * INA_MAX_WORKERS };
 
 typedef struct {
     PyObject_HEAD ina_loop loop;
@@ -83,22 +91,25 @@ static void send_again(Switch *sw, ina_addr to, ina_tx *tx) {
 }
 
 /* Slot s's chunk (`key`) as a RESULT to every worker of its job (its group once, or each) then its PS (atp: to its
- * PS alone, flagged HOLD), or as a PARTIAL (bitmap, sums, priority) to its PS. */
+ * PS alone, flagged HOLD), as a PARTIAL (bitmap, sums, priority) to its PS, or at a leaf as a DATA of its rack (rank
+ * and bit the rack, the slot's priority) to its spine. A leaf's DATA and all a spine sends carry SPINE. */
 static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_tx *tx) {
     int32_t r = sw->index[key_job(key)];
     if (r < 0) return; /* unreachable: deregistering a job forgets its slots (set_jobs) */
     const job_row *row = &sw->rows[r];
-    int op = key_op(key), hold = kind == INA_RESULT && sw->policy == POLICY_ATP;
+    int op = key_op(key), hold = kind == INA_RESULT && sw->policy == POLICY_ATP, up = kind == INA_DATA;
+    int spine = up || row->role == ROLE_SPINE;
     ina_header h = {
-        .kind = (uint8_t)kind, .flags = (uint8_t)((op ? INA_FLAG_MAX : 0) | (hold ? INA_FLAG_HOLD : 0)), .rank = 0,
-        .priority = kind == INA_PARTIAL ? (uint8_t)sw->prio[s] : 0, .index_bits = 0,
+        .kind = (uint8_t)kind,
+        .flags = (uint8_t)((op ? INA_FLAG_MAX : 0) | (spine ? INA_FLAG_SPINE : 0) | (hold ? INA_FLAG_HOLD : 0)),
+        .rank = up ? (uint8_t)row->rack : 0, .priority = kind == INA_RESULT ? 0 : (uint8_t)sw->prio[s], .index_bits = 0,
         .lane_bits = (uint8_t)(op ? 32 : row->lane_bits), .job = key_job(key), .slot = (uint16_t)s,
-        .seq = key_seq(key), .bitmap = sw->bitmap[s],
+        .seq = key_seq(key), .bitmap = up ? (uint32_t)1 << row->rack : sw->bitmap[s],
     };
     /* Written straight into the send queue, once: a RESULT is queued again for the other workers and the PS. */
     size_t length = INA_HEADER_BYTES + 4 * (size_t)sw->chunk_words[s];
     int grouped = row->group.port != 0;
-    uint8_t *p = ina_tx_add(tx, kind != INA_RESULT || hold ? row->ps : grouped ? row->group : row->workers[0], length);
+    uint8_t *p = ina_tx_add(tx, up ? row->up : kind != INA_RESULT || hold ? row->ps : grouped ? row->group : row->workers[0], length);
     if (!p) return; /* out of memory: dropped uncounted */
     ina_write_header(p, &h);
     ina_store_words(p + INA_HEADER_BYTES, sw->value + (size_t)s * sw->words, sw->chunk_words[s]);
@@ -108,13 +119,14 @@ static void send_slot(Switch *sw, unsigned kind, uint32_t s, uint64_t key, ina_t
     if (sw->copies) send_again(sw, row->ps, tx);
 }
 
-/* atp: a RESULT the PS returned, HOLD cleared, to every worker of its job (its group once, or each). */
-static void send_released(Switch *sw, const job_row *row, const uint8_t *data, size_t length, ina_tx *tx) {
+/* A RESULT on to every worker of its job (its group once, or each), the flags in `clear` cleared: under atp one the PS
+ * returned (HOLD cleared), at a leaf one from the spine (unchanged). */
+static void send_down(Switch *sw, const job_row *row, const uint8_t *data, size_t length, uint8_t clear, ina_tx *tx) {
     int grouped = row->group.port != 0;
     uint8_t *p = ina_tx_add(tx, grouped ? row->group : row->workers[0], length);
     if (!p) return;
     memcpy(p, data, length);
-    p[3] &= (uint8_t)~INA_FLAG_HOLD; /* the flags byte */
+    p[3] &= (uint8_t)~clear; /* the flags byte */
     sw->count[C_TX]++;
     for (uint32_t r = 1; r < row->fanin && !grouped; r++) send_again(sw, row->workers[r], tx);
 }
@@ -127,8 +139,28 @@ static void forward(Switch *sw, const job_row *row, const uint8_t *data, size_t 
     sw->count[C_TX]++;
 }
 
+/* Payload words (big-endian on the wire) added into host-order sums modulo 2^32, or their maxima taken: a whole
+ * vector at a time where the CPU has one (INA_WORD_COPY, as ina_load_words), whatever the compiler makes of the
+ * code around the call. */
+INA_WORD_COPY void add_words(uint32_t *restrict sum, const uint8_t *restrict src, size_t words) {
+    for (size_t i = 0; i < words; i++) {
+        uint32_t v;
+        memcpy(&v, src + 4 * i, 4);
+        sum[i] += ina_be32(v);
+    }
+}
+
+INA_WORD_COPY void max_words(uint32_t *restrict most, const uint8_t *restrict src, size_t words) {
+    for (size_t i = 0; i < words; i++) {
+        uint32_t v;
+        memcpy(&v, src + 4 * i, 4);
+        v = ina_be32(v);
+        most[i] = v > most[i] ? v : most[i];
+    }
+}
+
 /* Add (or take the maximum of) a payload of `words` words into slot s, or start it there (`claim`: the rest of the
- * slot's K words zeroed, as the Python core's); complete when full. */
+ * slot's K words zeroed, as the Python core's); complete when full: the RESULT, or at a leaf the rack's sum up. */
 static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int claim, uint32_t bit, uint32_t prio,
                   const uint8_t *payload, uint32_t words, double now, ina_tx *tx) {
     uint32_t *value = sw->value + (size_t)s * sw->words;
@@ -138,21 +170,19 @@ static void merge(Switch *sw, const job_row *row, uint32_t s, uint64_t key, int 
         sw->bitmap[s] = bit, sw->prio[s] = prio, sw->chunk_words[s] = words;
     } else {
         if (key_op(key)) {
-            for (uint32_t i = 0; i < words; i++) {
-                uint32_t v = ina_load32(payload + 4 * i);
-                value[i] = v > value[i] ? v : value[i];
-            }
+            max_words(value, payload, words);
         } else {
-            for (uint32_t i = 0; i < words; i++) value[i] += ina_load32(payload + 4 * i);
+            add_words(value, payload, words);
         }
         sw->bitmap[s] |= bit;
         if (prio > sw->prio[s]) sw->prio[s] = prio;
     }
     sw->key[s] = key, sw->touched[s] = now;
     if (sw->bitmap[s] == row->full) {
-        send_slot(sw, INA_RESULT, s, key, tx);
-        if (sw->policy != POLICY_ATP) sw->key[s] = 0; /* atp holds it until the PS returns the RESULT */
-        sw->count[C_COMPLETED]++, sw->job_count[key_job(key)][J_COMPLETED]++;
+        int up = row->role == ROLE_LEAF;
+        send_slot(sw, up ? INA_DATA : INA_RESULT, s, key, tx);
+        if (sw->policy != POLICY_ATP) sw->key[s] = 0; /* atp holds it until the PS returns the RESULT (a leaf: the spine) */
+        sw->count[C_COMPLETED]++, sw->count[C_SENT_UP] += (uint64_t)up, sw->job_count[key_job(key)][J_COMPLETED]++;
     }
 }
 
@@ -223,14 +253,19 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
         sw->count[C_MALFORMED]++;
         return;
     }
-    int is_data = h.kind == INA_DATA, is_release = h.kind == INA_RESULT && sw->policy == POLICY_ATP;
-    if (!is_data && h.kind != INA_FLUSH && !is_release) {
-        sw->count[C_UNEXPECTED]++;
-        return;
-    }
     int32_t r = sw->index[h.job];
     const job_row *row = r >= 0 ? &sw->rows[r] : NULL; /* a DATA's rank is below 32 (ina_parse) */
-    if (!row || (is_data && h.rank >= row->fanin) || !ina_addr_eq(source, is_data ? row->workers[h.rank] : row->ps)) {
+    int is_data = h.kind == INA_DATA, is_descend = 0, is_release = 0;
+    if (!is_data && h.kind != INA_FLUSH) {
+        is_descend = h.kind == INA_RESULT && row && row->role == ROLE_LEAF;
+        is_release = h.kind == INA_RESULT && sw->policy == POLICY_ATP && !is_descend;
+        if (!is_descend && !is_release) {
+            sw->count[C_UNEXPECTED]++;
+            return;
+        }
+    }
+    if (!row || (is_data && h.rank >= row->fanin) ||
+        !ina_addr_eq(source, is_data ? row->workers[h.rank] : is_descend ? row->up : row->ps)) {
         sw->count[C_UNREGISTERED]++;
         return;
     }
@@ -239,11 +274,9 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
         return;
     }
     int op = (h.flags & INA_FLAG_MAX) != 0;
-    if (is_data && (h.index_bits != 0 || h.lane_bits != (op ? 32u : row->lane_bits))) {
-        sw->count[C_BAD_FORMAT]++;
-        return;
-    }
-    if (is_release && (!(h.flags & INA_FLAG_HOLD) || h.bitmap != row->full)) {
+    if (is_data ? (h.index_bits | ((h.flags & row->data_flags) ^ row->data_want)) != 0 || h.lane_bits != (op ? 32u : row->lane_bits)
+                : (is_release && (!(h.flags & INA_FLAG_HOLD) || h.bitmap != row->full)) ||
+                      (is_descend && (!(h.flags & INA_FLAG_SPINE) || h.bitmap != row->racks_full))) {
         sw->count[C_BAD_FORMAT]++;
         return;
     }
@@ -252,10 +285,11 @@ static void sw_receive(void *self, const uint8_t *data, size_t length, ina_addr 
         data_packet(sw, row, &h, key, data, length, now, tx);
         return;
     }
-    if (is_release) { /* a held result back from the PS: free its slot, and on to the workers */
-        sw->count[C_RELEASES]++;
-        if (sw->key[h.slot] == key && sw->bitmap[h.slot] == row->full) sw->key[h.slot] = 0, sw->count[C_RELEASE_HITS]++;
-        send_released(sw, row, data, length, tx);
+    if (is_release || is_descend) { /* a held result back from the PS, or the spine's RESULT at a leaf */
+        sw->count[is_release ? C_RELEASES : C_DESCENDED]++;
+        if (sw->policy == POLICY_ATP && sw->key[h.slot] == key && sw->bitmap[h.slot] == row->full) /* free its slot */
+            sw->key[h.slot] = 0, sw->count[C_RELEASE_HITS]++;
+        send_down(sw, row, data, length, is_release ? INA_FLAG_HOLD : 0, tx); /* and on to the workers */
         return;
     }
     sw->count[C_FLUSH_REQUESTS]++; /* FLUSH from the job's PS */
@@ -348,12 +382,16 @@ static int read_row(const Switch *self, const uint32_t *w, job_row *row) {
     memset(row, 0, sizeof *row);
     row->job = w[0], row->fanin = w[1], row->slot_base = w[2], row->span_mask = w[3], row->lane_bits = w[4];
     row->priority_cap = w[5], row->ps = (ina_addr){w[6], (uint16_t)w[7]}, row->group = (ina_addr){w[8], (uint16_t)w[9]};
-    for (unsigned r = 0; r < INA_MAX_WORKERS; r++) row->workers[r] = (ina_addr){w[10 + 2 * r], (uint16_t)w[11 + 2 * r]};
+    row->role = w[10], row->rack = w[11], row->racks_full = w[12], row->up = (ina_addr){w[13], (uint16_t)w[14]};
+    for (unsigned r = 0; r < INA_MAX_WORKERS; r++) row->workers[r] = (ina_addr){w[15 + 2 * r], (uint16_t)w[16 + 2 * r]};
     row->full = row->fanin >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << row->fanin) - 1;
+    int spine = row->role == ROLE_SPINE; /* a packet of the spine level: a leaf's sum, which it never resends */
+    row->data_flags = INA_FLAG_SPINE | (spine ? INA_FLAG_RESEND : 0), row->data_want = spine ? INA_FLAG_SPINE : 0;
     uint32_t span = row->span_mask + 1;
     if (row->job > 0xFFFF || row->fanin < 1 || row->fanin > INA_MAX_WORKERS || row->slot_base >= self->pool ||
         span == 0 || span > self->pool || (span & row->span_mask) || !ina_lane_width_ok(row->lane_bits) ||
-        row->priority_cap > 255 || w[7] > 0xFFFF || w[9] > 0xFFFF || self->index[row->job] != -1) {
+        row->priority_cap > 255 || w[7] > 0xFFFF || w[9] > 0xFFFF || w[14] > 0xFFFF || row->role > ROLE_SPINE ||
+        (row->role == ROLE_LEAF && (row->rack >= 32 || !(row->racks_full >> row->rack & 1))) || self->index[row->job] != -1) {
         PyErr_Format(PyExc_ValueError, "job row for job %u is not a valid registration (or a duplicate)", row->job);
         return 0;
     }

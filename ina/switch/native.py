@@ -85,18 +85,22 @@ class NativeSwitchCore(NativeNode):
         return waiting_in(np.frombuffer(key, dtype=np.uint64), np.frombuffer(bitmap, dtype=np.uint32))
 
     def _push(self, forget: int = -1) -> None:
-        """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS, group (0, 0: none)
-        and workers."""
-        rows = np.zeros((len(self.table.entries), self._job_words), dtype=np.uint32)
-        for row, entry in zip(rows, self.table.entries.values()):
+        """The data plane's job table: per job its id, n, slot_base, span mask, lane_bits, cap, PS, group (0, 0: none),
+        its role here (docs/protocol.md, section 10) with a leaf's rack, full rack bitmap and spine (else 0s), and workers."""
+        table = self.table
+        rows = np.zeros((len(table.entries), self._job_words), dtype=np.uint32)
+        for i, (row, entry) in enumerate(zip(rows, table.entries.values())):
             spec = entry.spec
             assert spec.ps is not None  # Jobs refuses a switch job without one
+            assert table.index[spec.job] == i  # the role arrays' row
             group = peer_of(spec.group.addr) if spec.group else (0, 0)
-            row[:10] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
-                        spec.priority_cap, *peer_of(spec.ps.addr), *group)  # fmt: skip
+            up = peer_of(spec.uplink.addr) if spec.uplink else (0, 0)
+            row[:15] = (spec.job, spec.fanin, entry.slot_base, (entry.span or self.settings.pool) - 1, spec.lane_bits,
+                        spec.priority_cap, *peer_of(spec.ps.addr), *group, table.role[i], table.rack[i], table.racks_full[i],
+                        *up)  # fmt: skip
             peers = np.array([peer_of(w.addr) for w in spec.workers], dtype=np.uint32).reshape(-1)
-            row[10 : 10 + peers.size] = peers
-        assert rows.shape[1] == 10 + 2 * MAX_WORKERS
+            row[15 : 15 + peers.size] = peers
+        assert rows.shape[1] == 15 + 2 * MAX_WORKERS
         self._core.set_jobs(rows.tobytes(), forget)
 
     # -- data plane ----------------------------------------------------------------------
