@@ -130,9 +130,9 @@ typedef struct {
     uint32_t count, room; /* room: bitmaps allocated */
     size_t sums_room;     /* words allocated in sums */
     int disjoint;
-    uint32_t held[MAX_RACKS]; /* the union of its pieces' bitmaps */
     uint32_t *bitmaps;        /* count * nw, in arrival order */
     uint32_t *sums;           /* count * words, host order */
+    uint32_t held[MAX_RACKS]; /* the union of its pieces' bitmaps (nw words used; last, to keep the rest in one cache line) */
 } chunk;
 
 typedef struct {
@@ -324,15 +324,22 @@ static int proven_complete(const job *j, uint32_t seq) {
     return j->window <= behind && behind < HALF_SEQ;
 }
 
-/* ---- wide bitmaps: `nw` words (see job) */
+/* ---- wide bitmaps: `nw` words (see job); a job of one switch, the common case, has one */
 
-static int wide_eq(const uint32_t *a, const uint32_t *b, uint32_t nw) {
-    for (uint32_t w = 0; w < nw; w++)
-        if (a[w] != b[w]) return 0;
-    return 1;
+static inline int wide_eq(const uint32_t *a, const uint32_t *b, uint32_t nw) {
+    if (nw == 1) return a[0] == b[0];
+    return !memcmp(a, b, nw * sizeof *a);
 }
 
-static int wide_meets(const uint32_t *a, const uint32_t *b, uint32_t nw) {
+/* `into` = `from` (or 0 without `from`): one store for a job of one switch, where a call to memcpy would cost more. */
+static inline void wide_set(uint32_t *into, const uint32_t *from, uint32_t nw) {
+    if (nw == 1) into[0] = from ? from[0] : 0;
+    else if (from) memcpy(into, from, nw * sizeof *into);
+    else memset(into, 0, nw * sizeof *into);
+}
+
+static inline int wide_meets(const uint32_t *a, const uint32_t *b, uint32_t nw) {
+    if (nw == 1) return (a[0] & b[0]) != 0;
     for (uint32_t w = 0; w < nw; w++)
         if (a[w] & b[w]) return 1;
     return 0;
@@ -360,7 +367,7 @@ static int32_t data_worker(const job *j, const ina_header *h, ina_addr source) {
  * or through the spine), as job.py's piece_bitmap: ACCEPTED, or the counter that refuses it. */
 static int piece_bitmap(const job *j, const ina_header *h, ina_addr source, uint32_t *wide) {
     int from_spine = j->has_switch && ina_addr_eq(source, j->sw);
-    memset(wide, 0, j->nw * sizeof *wide);
+    wide_set(wide, NULL, j->nw);
     if (!j->nracks) {
         if (!from_spine) return C_unregistered;
         if (!h->bitmap || (h->bitmap & ~j->full[0])) return C_bad_bitmap;
@@ -544,7 +551,7 @@ static int find_cover(const chunk *c, const uint32_t *full, uint32_t nw, uint32_
                 order[ncand++] = (uint64_t)(32 * MAX_RACKS - wide_count(c->bitmaps + (size_t)i * nw, nw)) << 32 | i;
         qsort(order, ncand, sizeof *order, ascending);
         for (uint32_t k = 0; k < ncand; k++) ids[k] = (uint32_t)order[k];
-        memcpy(covered, bitmap, nw * sizeof *covered);
+        wide_set(covered, bitmap, nw);
         chosen[0] = newest;
         cover_search s = {c->bitmaps, full, nw, ids, ncand, covered, dead, dead_size - 1, 0, chosen, 1};
         found = cover_from(&s, 0);
@@ -583,20 +590,23 @@ static void add_words(uint32_t *sums, const uint8_t *payload, uint32_t words, in
     }
 }
 
+/* The sums (or maxima) of `count` pieces of `c` into `out`: those at `chosen`, or without it the first `count`. */
+static void sum_pieces(const chunk *c, const uint32_t *chosen, uint32_t count, uint32_t *out) {
+    const uint32_t words = c->words;
+    memcpy(out, c->sums + (size_t)(chosen ? chosen[0] : 0) * words, words * sizeof *out);
+    for (uint32_t k = 1; k < count; k++) combine(out, c->sums + (size_t)(chosen ? chosen[k] : k) * words, words, c->format.flags & INA_FLAG_MAX);
+}
+
 /* The result of chunk `c` into `out` if its pieces hold an exact cover of the job's `full`: 1, else 0 (-1: out of memory). */
 static int chunk_result(const chunk *c, const job *j, uint32_t *out) {
-    uint32_t n = c->count, nchosen = n, stack_chosen[128];
-    uint32_t *chosen = n <= 128 ? stack_chosen : malloc(n * sizeof *chosen);
-    int found = chosen ? 1 : -1;
-    if (found == 1 && c->disjoint)
-        for (uint32_t i = 0; i < n; i++) chosen[i] = i;
-    else if (found == 1)
-        found = find_cover(c, j->full, j->nw, chosen, &nchosen);
-    if (found == 1) { /* 0 is the identity of both the sum and the unsigned maximum */
-        memset(out, 0, c->words * sizeof *out);
-        for (uint32_t k = 0; k < nchosen; k++) combine(out, c->sums + (size_t)chosen[k] * c->words, c->words, c->format.flags & INA_FLAG_MAX);
+    if (c->disjoint) {
+        sum_pieces(c, NULL, c->count, out);
+        return 1;
     }
-    if (chosen != stack_chosen) free(chosen);
+    uint32_t nchosen = 0, *chosen = malloc(c->count * sizeof *chosen);
+    int found = chosen ? find_cover(c, j->full, j->nw, chosen, &nchosen) : -1;
+    if (found == 1) sum_pieces(c, chosen, nchosen, out);
+    free(chosen);
     return found;
 }
 
@@ -644,12 +654,14 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     ps->counts[C_completed]++, j->completed++;
 }
 
-/* Add a piece (`bitmap`, nw words) of chunk `seq` of format `f` to it: its sums, big-endian in `payload`, or with
- * `table` the lanes of its indices. The chunk's entry if it is still incomplete, -1 if it completed or the piece
- * was refused. */
-static int32_t add_piece(PS *ps, job *j, uint32_t seq, const uint32_t *bitmap, chunk_format f, const uint8_t *payload,
-                         const lookup *table, double now, ina_tx *tx) {
-    uint32_t words = ina_result_words(f.words, f.index_bits, f.lane_bits), nw = j->nw; /* the sums of a piece */
+/* Add a piece (`bitmap`, nw words: the job's) of chunk `seq` of format `f` to it: its sums, big-endian in `payload`,
+ * or with `table` the lanes of its indices. The chunk's entry if it is still incomplete, -1 if it completed or the
+ * piece was refused. Inlined into add_piece for a constant nw of 1 and for the others: a job of one switch pays
+ * nothing for the racks of others. */
+static inline __attribute__((always_inline)) int32_t add_piece_of(PS *ps, job *j, uint32_t seq, const uint32_t *bitmap, uint32_t nw,
+                                                                  chunk_format f, const uint8_t *payload, const lookup *table,
+                                                                  double now, ina_tx *tx) {
+    uint32_t words = ina_result_words(f.words, f.index_bits, f.lane_bits); /* the sums of a piece */
     int32_t entry = seqmap_find(&j->pending, seq);
     chunk *c;
     if (entry < 0) {
@@ -719,6 +731,12 @@ static int32_t add_piece(PS *ps, job *j, uint32_t seq, const uint32_t *bitmap, c
     if (found != 1) return entry;
     complete(ps, j, entry, j->scratch, tx);
     return -1;
+}
+
+static int32_t add_piece(PS *ps, job *j, uint32_t seq, const uint32_t *bitmap, chunk_format f, const uint8_t *payload,
+                         const lookup *table, double now, ina_tx *tx) {
+    if (j->nw == 1) return add_piece_of(ps, j, seq, bitmap, 1, f, payload, table, now, tx);
+    return add_piece_of(ps, j, seq, bitmap, j->nw, f, payload, table, now, tx);
 }
 
 /* Tell a resending worker (its place in `workers`) which workers' contributions the PS holds of its rack (`held`,
@@ -820,7 +838,8 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, si
         }
         return;
     }
-    uint32_t bitmap[MAX_RACKS] = {0};
+    uint32_t bitmap[MAX_RACKS];
+    wide_set(bitmap, NULL, j->nw);
     bitmap[j->bit[worker] / 32] = 1u << (j->bit[worker] % 32);
     int32_t entry = add_piece(ps, j, h->seq, bitmap, f, data + INA_HEADER_BYTES, h->index_bits ? &j->table : NULL, now, tx);
     if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
