@@ -1,7 +1,8 @@
 """Differential fuzzing of the native PS against the Python one (docs/protocol.md, section 6).
 
 Both get the same stream: DATA, PARTIAL and RESULT packets for the registered jobs (through the
-switch and from workers, resends, MAX chunks, PS-only indices at the PS's K and at a job's own),
+switch and from workers, resends, MAX chunks, PS-only indices at the PS's K and at a job's own, a racked
+job's pieces of both levels with and without SPINE),
 with any field drawn off its valid range, packets truncated, extended and mutated, random bytes,
 strangers, ticks, and jobs leaving and coming back. The native PS must never crash and must answer
 exactly as the reference: the same datagrams in the same order, the same counters, deadlines and jobs.
@@ -17,7 +18,7 @@ from ps_support import NATIVE_BUILT
 
 from ina.control import Endpoint, JobSpec
 from ina.net.node import Datagram
-from ina.protocol import Header, Kind, result_words
+from ina.protocol import Flag, Header, Kind, result_words
 from ina.ps.core import ParameterServer
 from ina.ps.native import NativeParameterServer
 
@@ -27,6 +28,8 @@ K = 4
 OWN_WORDS = 6  # a PS-only job's own K
 SHUFFLED_WORDS = 15  # 4-bit indices: the native PS's byte shuffles take 8 words at a time, then the rest
 SWITCH = ("10.0.0.100", 47100)
+SPINE = ("10.0.9.100", 47100)
+LEAVES = tuple(Endpoint(f"10.0.9.{r + 1}", 47100) for r in range(3))
 STRANGER = ("10.0.0.66", 6666)
 TABLE = (0, 3, 5, 7, 9, 11, 13, 14, 16, 17, 19, 21, 23, 25, 27, 30)
 OPTIONS = dict(flush_delay=0.002, piece_timeout=0.05, result_retention=4)
@@ -41,18 +44,19 @@ SPECS = {
     2: JobSpec(2, _workers(2, 4), window=1, index_bits=4, table=TABLE),  # PS-only indices at the PS's K
     3: JobSpec(3, _workers(3, 2), window=2, index_bits=3, lane_bits=16, table=tuple(range(8)), words=OWN_WORDS),
     4: JobSpec(4, _workers(4, 3), window=2, index_bits=4, table=TABLE, words=SHUFFLED_WORDS),
+    5: JobSpec(5, _workers(5, 6), window=2, switch=Endpoint(*SPINE), racks=(2, 3, 1), leaves=LEAVES),  # racks, section 10
 }
-SOURCES = [SWITCH, STRANGER] + [w.addr for spec in SPECS.values() for w in spec.workers]
+SOURCES = [SWITCH, SPINE, STRANGER] + [e.addr for spec in SPECS.values() for e in (*spec.workers, *spec.leaves)]
 
 
 @st.composite
 def packets(draw: st.DrawFn) -> bytes:
     """A packet for one of the jobs, mostly well formed, any field possibly off."""
-    job = draw(st.sampled_from([1, 2, 3, 3, 4, 99]))
+    job = draw(st.sampled_from([1, 2, 3, 3, 4, 5, 5, 99]))
     spec = SPECS.get(job, SPECS[1])
     n, words = spec.fanin, draw(st.sampled_from([spec.words or K, 1, draw(st.integers(1, spec.words or K))]))  # short chunks too
     kind = draw(st.sampled_from([Kind.DATA] * 4 + [Kind.PARTIAL] * 2 + [Kind.RESULT] * 2 + [Kind.FLUSH, Kind.STATUS]))
-    flags = draw(st.sampled_from([0, 0, 1, 2, 3]))
+    flags = draw(st.sampled_from([0, 0, 1, 2, 3])) | (Flag.SPINE if draw(st.integers(0, 3)) == 0 else 0)
     rank = draw(st.integers(0, n)) if draw(st.integers(0, 9)) else draw(st.integers(0, 40))
     is_max = bool(flags & 2)
     index_bits = spec.index_bits if kind != Kind.RESULT or draw(st.booleans()) else 0
@@ -94,7 +98,8 @@ def packets(draw: st.DrawFn) -> bytes:
 @st.composite
 def chunks(draw: st.DrawFn) -> list[Datagram]:
     """One chunk's well-formed pieces in random order: every rank's DATA (some through the switch, some
-    resent or lost), or for a job with a switch a PARTIAL of some ranks and the others' DATA."""
+    resent or lost), or for a job with a switch a PARTIAL of some ranks and the others' DATA, or a racked
+    job's pieces of both levels."""
     job = draw(st.sampled_from(sorted(SPECS)))
     spec = SPECS[job]
     n, is_max = spec.fanin, spec.index_bits == 0 and draw(st.booleans())
@@ -104,7 +109,9 @@ def chunks(draw: st.DrawFn) -> list[Datagram]:
     slot = 0 if spec.switch is None else seq % 4
     ranks = list(range(n))
     out = []
-    if spec.switch is not None and draw(st.booleans()):
+    if spec.racks:
+        out, ranks = _racked(draw, spec, seq, flags, words), []
+    elif spec.switch is not None and draw(st.booleans()):
         held = draw(st.lists(st.sampled_from(ranks), min_size=1, unique=True))
         bitmap = sum(1 << r for r in held)
         sums = draw(st.lists(st.integers(0, 2**32 - 1), min_size=words, max_size=words))
@@ -121,11 +128,42 @@ def chunks(draw: st.DrawFn) -> list[Datagram]:
         source = SWITCH if spec.switch is not None and draw(st.booleans()) else spec.workers[rank].addr
         out.append(Datagram(header.pack(np.array(payload, dtype=np.uint32)), source))
     if draw(st.integers(0, 3)) == 0:  # its result: the switch's copy, or a worker answering a FETCH
-        result = Header(Kind.RESULT, job, seq, flags, slot=slot, index_bits=index_bits, lane_bits=lane_bits, bitmap=(1 << n) - 1)
+        result = Header(Kind.RESULT, job, seq, flags | (Flag.SPINE if spec.racks else 0), slot=slot, index_bits=index_bits,
+                        lane_bits=lane_bits, bitmap=(1 << (len(spec.racks) or n)) - 1)  # fmt: skip
         sums = np.arange(result_words(words, index_bits, lane_bits), dtype=np.uint32)
-        source = SWITCH if spec.switch is not None and draw(st.booleans()) else draw(st.sampled_from(spec.workers)).addr
+        source = spec.switch.addr if spec.switch is not None and draw(st.booleans()) else draw(st.sampled_from(spec.workers)).addr
         out.append(Datagram(result.pack(sums), source))
     return draw(st.permutations(out))
+
+
+def _racked(draw: st.DrawFn, spec: JobSpec, seq: int, flags: int, words: int) -> list[Datagram]:
+    """A racked chunk's pieces of both levels: the spine's partial of some racks and, for each other rack (sometimes
+    one of those too), its sum sent up, its leaf's partial of some workers, or its workers' DATA; some lost, some resent."""
+    lane_bits = 32 if flags & Flag.MAX else spec.lane_bits
+
+    def piece(kind: Kind, bitmap: int, source: tuple[str, int], rank: int = 0, extra: int = 0) -> Datagram:
+        header = Header(kind, spec.job, seq, flags | extra, rank=rank, priority=1, slot=seq % 4, lane_bits=lane_bits, bitmap=bitmap)
+        values = draw(st.lists(st.integers(0, 2**32 - 1), min_size=words, max_size=words))
+        return Datagram(header.pack(np.array(values, dtype=np.uint32)), source)
+
+    up = draw(st.integers(0, (1 << len(spec.racks)) - 1))
+    out = [piece(Kind.PARTIAL, up, SPINE, extra=Flag.SPINE)] if up else []
+    for r, (offset, n) in enumerate(zip(spec.rack_offsets, spec.racks)):
+        if up >> r & 1 and draw(st.integers(0, 3)):
+            continue
+        way, ranks = draw(st.sampled_from(["sum", "leaf", "workers"])), list(range(n))
+        if way == "sum":
+            out.append(piece(Kind.DATA, 1 << r, draw(st.sampled_from([SPINE, spec.leaves[r].addr])), rank=r, extra=Flag.SPINE))
+            continue
+        if way == "leaf":
+            held = draw(st.lists(st.sampled_from(ranks), min_size=1, unique=True))
+            out.append(piece(Kind.PARTIAL, sum(1 << k for k in held), spec.leaves[r].addr))
+            ranks = [k for k in ranks if k not in held or draw(st.integers(0, 4)) == 0]
+        for k in ranks:
+            if draw(st.integers(0, 7)):  # else lost
+                source = draw(st.sampled_from([spec.leaves[r].addr, spec.workers[offset + k].addr]))
+                out.append(piece(Kind.DATA, 1 << k, source, rank=k, extra=Flag.RESEND if draw(st.integers(0, 4)) == 0 else 0))
+    return out
 
 
 def _source(draw: st.DrawFn, packet: bytes) -> tuple[str, int]:
@@ -134,9 +172,9 @@ def _source(draw: st.DrawFn, packet: bytes) -> tuple[str, int]:
         return draw(st.sampled_from(SOURCES))
     spec = SPECS.get(int.from_bytes(packet[4:6], "big"), SPECS[1])
     if packet[2] in (Kind.PARTIAL, Kind.RESULT) and spec.switch is not None and draw(st.booleans()):
-        return SWITCH
-    workers = [w.addr for w in spec.workers]
-    return workers[packet[6]] if packet[6] < len(workers) and draw(st.booleans()) else draw(st.sampled_from(workers + [SWITCH]))
+        return spec.switch.addr
+    workers, switches = [w.addr for w in spec.workers], [SWITCH, SPINE, *(leaf.addr for leaf in spec.leaves)]
+    return workers[packet[6]] if packet[6] < len(workers) and draw(st.booleans()) else draw(st.sampled_from(workers + switches))
 
 
 def _same(python: list[Datagram], native: list[Datagram], what: str) -> None:

@@ -108,6 +108,25 @@ def test_flush_requests_reach_the_switch_until_the_chunk_completes(server, socke
     assert client.counters()["flush_sent"] >= 2
 
 
+def test_a_racked_job_registers_by_host_names_and_completes_from_both_levels(server, sockets):
+    workers, leaves, (spine,) = sockets(3), sockets(2), sockets(1)
+    client = ControlClient(*server.control_address)
+    named = [{"host": "localhost", "port": s.getsockname()[1]} for s in leaves]
+    body = {"job": 4, "workers": [Endpoint(*w.getsockname()).addr for w in workers], "window": 2, "racks": [2, 1],
+            "switch": "localhost:%d" % spine.getsockname()[1], "leaves": named}
+    with pytest.raises(ControlError, match="leaves\\[1\\] .* both .* own data address"):
+        client.register(JobSpec.from_json({**body, "leaves": [named[0], list(workers[0].getsockname())]}))
+    client.register(JobSpec.from_json(body))
+    assert [leaf["host"] for leaf in client.jobs()[0]["leaves"]] == ["127.0.0.1"] * 2, "host names are resolved at registration"
+    for rank, sock in enumerate(workers[:2]):
+        sock.sendto(Header(Kind.DATA, 4, 0, rank=rank, slot=5, lane_bits=8, bitmap=1 << rank).pack(np.ones(K, np.uint32)), server.address)
+    rack = Header(Kind.DATA, 4, 0, Flag.SPINE, rank=1, slot=5, lane_bits=8, bitmap=0b10)  # rack 1's sum, through the spine
+    spine.sendto(rack.pack(np.full(K, 5, np.uint32)), server.address)
+    for sock in workers:
+        header, payload = receive(sock)
+        assert (header.kind, header.flags, header.bitmap, header.slot, payload) == (Kind.RESULT, Flag.SPINE, 0b11, 5, [7] * K)
+
+
 def test_a_bad_configuration_or_a_busy_port_fails_at_start_with_a_message(sockets):
     (busy,) = sockets(1)
     port = busy.getsockname()[1]

@@ -32,6 +32,8 @@ enum { PS_COUNTERS(PS_ENUM) C_COUNT };
 static const char *const counter_names[] = {PS_COUNTERS(PS_NAME)};
 
 #define FLUSH_CAP 1.0 /* longest wait between two FLUSH requests for one chunk, seconds */
+#define MAX_RACKS 32  /* ina.protocol.constants.MAX_RACKS: a racked job's bitmaps have at most this many words */
+#define ACCEPTED -1   /* piece_bitmap: the piece is the job's, else the counter that refuses it */
 #define HALF_SEQ 0x80000000u
 
 /* ------------------------------------------------------------------ ordered seq maps */
@@ -118,17 +120,19 @@ static int format_eq(chunk_format a, chunk_format b) {
            a.words == b.words;
 }
 
-/* An incomplete chunk: its pieces (pieces.py) and FLUSH timer (job.py's Chunk). */
+/* An incomplete chunk: its pieces (pieces.py) and FLUSH timer (job.py's Chunk). Bitmaps are the job's
+ * `nw` words each (see job). */
 typedef struct {
     chunk_format format;
     uint32_t words; /* payload words of its pieces */
     double created, flush_at, flush_interval;
     uint32_t generation; /* changes when the chunk dies: its heap entries are then void */
-    uint32_t held, count, room; /* room: bitmaps allocated */
-    size_t sums_room;           /* words allocated in sums */
+    uint32_t count, room; /* room: bitmaps allocated */
+    size_t sums_room;     /* words allocated in sums */
     int disjoint;
-    uint32_t *bitmaps; /* count, in arrival order */
-    uint32_t *sums;    /* count * words, host order */
+    uint32_t *bitmaps;        /* count * nw, in arrival order */
+    uint32_t *sums;           /* count * words, host order */
+    uint32_t held[MAX_RACKS]; /* the union of its pieces' bitmaps (nw words used; last, to keep the rest in one cache line) */
 } chunk;
 
 typedef struct {
@@ -139,7 +143,6 @@ typedef struct {
 
 typedef struct {
     chunk_format format;
-    uint32_t requesters;
     int sent;
     double sent_at;
 } fetch;
@@ -154,13 +157,24 @@ typedef struct {
     uint8_t levels[16]; /* its table */
 } lookup;
 
+/* A job. Its pieces' bitmaps are `nw` words: a job of one switch has one, its ranks; a racked job
+ * (docs/protocol.md, section 10) one per rack, word r bit l for worker l of rack r (the wide bitmaps of
+ * job.py's Racks, bit 32 r + l). Its workers are numbered by their place in the registration, rack by rack. */
 typedef struct {
     uint16_t id;
-    uint32_t words, n, full, window, cap;
+    uint32_t words, n, window, cap;
+    uint32_t nw, full[MAX_RACKS]; /* every worker, as the pieces name them */
+    uint32_t result_bitmap;       /* what every RESULT of the job carries: every rank, or every rack */
+    uint8_t result_flags;         /* INA_FLAG_SPINE in a racked job */
     uint8_t lane_bits;
-    ina_addr workers[INA_MAX_WORKERS];
+    uint32_t piece_cap;           /* pieces a chunk may hold beyond single workers' */
+    ina_addr *workers;            /* n, rack by rack */
+    uint16_t *bit;                /* each worker's bit in the pieces' bitmaps: 32 * rack + rank in the rack */
+    uint32_t nracks;              /* 0: a job of one switch */
+    uint32_t sizes[MAX_RACKS], offsets[MAX_RACKS];
+    ina_addr leaves[MAX_RACKS];
     int has_switch;
-    ina_addr sw;
+    ina_addr sw; /* the job's switch: its only one, or its spine */
     int has_group; /* RESULTs made here go once to `group`, else to every worker */
     ina_addr group;
     int has_table;
@@ -169,6 +183,8 @@ typedef struct {
     chunk *chunks;
     stored *results;
     fetch *fetchv;
+    uint32_t nreq;         /* words of a fetch's requesters, one bit per worker */
+    uint32_t *requesters;  /* cap * nreq: the workers that resent each fetched chunk */
     int has_newest;
     uint32_t newest;
     uint32_t *scratch; /* a result's sums */
@@ -283,13 +299,16 @@ static void job_free(job *j) {
         if (j->results) free(j->results[i].packet);
     }
     free(j->chunks), free(j->results), free(j->fetchv), free(j->scratch), free(j->packet);
+    free(j->workers), free(j->bit), free(j->requesters);
     if (j->has_table) free(j->table.entries);
     seqmap_free(&j->pending), seqmap_free(&j->ring), seqmap_free(&j->fetches);
     free(j);
 }
 
-/* The switch's DATA rule (lanes of the job's width, 32 for MAX), and indices only with the job's table. */
+/* The switch's DATA rule (lanes of the job's width, 32 for MAX), indices only with the job's table, and SPINE only
+ * in a racked job. */
 static int format_ok(const job *j, const ina_header *h) {
+    if ((h->flags & INA_FLAG_SPINE) && !j->nracks) return 0; /* SPINE only in a racked job */
     if (h->lane_bits != ((h->flags & INA_FLAG_MAX) ? 32 : j->lane_bits)) return 0;
     return !h->index_bits || (j->has_table && !(h->flags & INA_FLAG_MAX) && h->index_bits == j->table.index_bits);
 }
@@ -303,6 +322,77 @@ static int proven_complete(const job *j, uint32_t seq) {
     if (!j->has_newest) return 0;
     uint32_t behind = (j->newest - seq) & INA_SEQ_MASK;
     return j->window <= behind && behind < HALF_SEQ;
+}
+
+/* ---- wide bitmaps: `nw` words (see job); a job of one switch, the common case, has one */
+
+static inline int wide_eq(const uint32_t *a, const uint32_t *b, uint32_t nw) {
+    if (nw == 1) return a[0] == b[0];
+    return !memcmp(a, b, nw * sizeof *a);
+}
+
+/* `into` = `from` (or 0 without `from`): one store for a job of one switch, where a call to memcpy would cost more. */
+static inline void wide_set(uint32_t *into, const uint32_t *from, uint32_t nw) {
+    if (nw == 1) into[0] = from ? from[0] : 0;
+    else if (from) memcpy(into, from, nw * sizeof *into);
+    else memset(into, 0, nw * sizeof *into);
+}
+
+static inline int wide_meets(const uint32_t *a, const uint32_t *b, uint32_t nw) {
+    if (nw == 1) return (a[0] & b[0]) != 0;
+    for (uint32_t w = 0; w < nw; w++)
+        if (a[w] & b[w]) return 1;
+    return 0;
+}
+
+static uint32_t wide_count(const uint32_t *a, uint32_t nw) {
+    uint32_t bits = 0;
+    for (uint32_t w = 0; w < nw; w++) bits += (uint32_t)__builtin_popcount(a[w]);
+    return bits;
+}
+
+/* The worker (its place in `workers`) of a DATA without SPINE from `source`: the worker itself or, forwarded, the
+ * job's switch (a racked job's: the worker's leaf, the header's rank being its rank in the rack); -1 if neither. */
+static int32_t data_worker(const job *j, const ina_header *h, ina_addr source) {
+    if (!j->nracks)
+        return h->rank < j->n && (ina_addr_eq(source, j->workers[h->rank]) || (j->has_switch && ina_addr_eq(source, j->sw)))
+                   ? h->rank : -1;
+    for (uint32_t r = 0; r < j->nracks; r++) /* the job's addresses are distinct: one rack at most matches */
+        if (h->rank < j->sizes[r] && (ina_addr_eq(source, j->workers[j->offsets[r] + h->rank]) || ina_addr_eq(source, j->leaves[r])))
+            return (int32_t)(j->offsets[r] + h->rank);
+    return -1;
+}
+
+/* The bitmap (into `wide`, nw words) of a PARTIAL or of a racked job's DATA with SPINE (a rack's sum, from its leaf
+ * or through the spine), as job.py's piece_bitmap: ACCEPTED, or the counter that refuses it. */
+static int piece_bitmap(const job *j, const ina_header *h, ina_addr source, uint32_t *wide) {
+    int from_spine = j->has_switch && ina_addr_eq(source, j->sw);
+    wide_set(wide, NULL, j->nw);
+    if (!j->nracks) {
+        if (!from_spine) return C_unregistered;
+        if (!h->bitmap || (h->bitmap & ~j->full[0])) return C_bad_bitmap;
+        wide[0] = h->bitmap;
+        return ACCEPTED;
+    }
+    if ((h->flags & INA_FLAG_SPINE) && h->kind == INA_DATA) {
+        if (h->rank >= j->nracks || !(from_spine || ina_addr_eq(source, j->leaves[h->rank]))) return C_unregistered;
+        wide[h->rank] = j->full[h->rank];
+        return ACCEPTED;
+    }
+    if (h->flags & INA_FLAG_SPINE) {
+        if (!from_spine) return C_unregistered;
+        if (!h->bitmap || (h->bitmap & ~j->result_bitmap)) return C_bad_bitmap;
+        for (uint32_t r = 0; r < j->nracks; r++)
+            if (h->bitmap >> r & 1) wide[r] = j->full[r];
+        return ACCEPTED;
+    }
+    for (uint32_t r = 0; r < j->nracks; r++) {
+        if (!ina_addr_eq(source, j->leaves[r])) continue;
+        if (!h->bitmap || (h->bitmap & ~j->full[r])) return C_bad_bitmap;
+        wide[r] = h->bitmap;
+        return ACCEPTED;
+    }
+    return C_unregistered;
 }
 
 /* ------------------------------------------------------------------ the server */
@@ -393,38 +483,82 @@ static void drop_chunk(PS *ps, job *j, int32_t entry, int reason) {
 }
 
 /* Pairwise disjoint pieces covering `full` that include piece `newest`, as pieces.py's `_cover_with`
- * finds them (the same candidates in the same order, so the same cover); `chosen` gets their indices. */
+ * finds them (the same candidates in the same order, so the same cover); `chosen` gets their indices.
+ * Bitmaps are `nw` words; `covered` holds the union at each depth of the search. */
 typedef struct {
-    const uint32_t *bitmaps;
+    const uint32_t *bitmaps, *full;
+    uint32_t nw;
     const uint32_t *candidates;
-    uint32_t ncandidates, full;
-    uint32_t *dead; /* open-addressing set of unions that lead nowhere (0: empty; unions are never 0) */
+    uint32_t ncandidates;
+    uint32_t *covered;              /* (ncandidates + 2) * nw */
+    uint32_t *dead;                 /* open-addressing set of unions that lead nowhere, nw words each (all 0: empty; unions never are) */
     uint32_t dead_mask, dead_count; /* at most half full: beyond that, dead ends are no longer remembered */
     uint32_t *chosen, nchosen;
 } cover_search;
 
-static int dead_seen(cover_search *s, uint32_t covered, int add) {
-    uint32_t i = (covered * 0x9E3779B1u) & s->dead_mask;
-    while (s->dead[i] && s->dead[i] != covered) i = (i + 1) & s->dead_mask;
-    if (s->dead[i]) return 1;
-    if (add && 2 * (s->dead_count + 1) <= s->dead_mask + 1) s->dead[i] = covered, s->dead_count++;
+static int dead_seen(cover_search *s, const uint32_t *covered, int add) {
+    const uint32_t nw = s->nw;
+    uint32_t hash = 0;
+    for (uint32_t w = 0; w < nw; w++) hash = (hash ^ covered[w]) * 0x9E3779B1u;
+    uint32_t i = hash & s->dead_mask, *entry;
+    for (;; i = (i + 1) & s->dead_mask) {
+        entry = s->dead + (size_t)i * nw;
+        if (!wide_count(entry, nw)) break;
+        if (wide_eq(entry, covered, nw)) return 1;
+    }
+    if (add && 2 * (s->dead_count + 1) <= s->dead_mask + 1) memcpy(entry, covered, nw * sizeof *entry), s->dead_count++;
     return 0;
 }
 
-static int cover_from(cover_search *s, uint32_t covered) {
-    if (covered == s->full) return 1;
+static int cover_from(cover_search *s, uint32_t depth) {
+    const uint32_t nw = s->nw, *covered = s->covered + (size_t)depth * nw;
+    uint32_t *next = s->covered + (size_t)(depth + 1) * nw, w = 0;
+    while (w < nw && covered[w] == s->full[w]) w++;
+    if (w == nw) return 1;
     if (dead_seen(s, covered, 0)) return 0;
-    uint32_t missing = s->full & ~covered, lowest = missing & -missing;
+    uint32_t missing = s->full[w] & ~covered[w], lowest = missing & -missing;
     for (uint32_t k = 0; k < s->ncandidates; k++) {
-        uint32_t b = s->bitmaps[s->candidates[k]];
-        if ((b & lowest) && !(b & covered)) {
+        const uint32_t *b = s->bitmaps + (size_t)s->candidates[k] * nw;
+        if ((b[w] & lowest) && !wide_meets(b, covered, nw)) {
             s->chosen[s->nchosen++] = s->candidates[k];
-            if (cover_from(s, covered | b)) return 1;
+            for (uint32_t i = 0; i < nw; i++) next[i] = covered[i] | b[i];
+            if (cover_from(s, depth + 1)) return 1;
             s->nchosen--;
         }
     }
     dead_seen(s, covered, 1);
     return 0;
+}
+
+static int ascending(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* An exact cover of `full` by pieces of `c` that include its newest (which made its union full): its
+ * `chosen` indices and their number in `*nchosen`; 1 if found, 0 if none, -1 out of memory. */
+static int find_cover(const chunk *c, const uint32_t *full, uint32_t nw, uint32_t *chosen, uint32_t *nchosen) {
+    uint32_t n = c->count, newest = n - 1, dead_size = 8, ncand = 0;
+    const uint32_t *bitmap = c->bitmaps + (size_t)newest * nw;
+    while (dead_size < 4 * n + 8) dead_size *= 2;
+    uint64_t *order = malloc(n * sizeof *order);
+    uint32_t *ids = malloc(n * sizeof *ids), *covered = malloc((size_t)(n + 2) * nw * sizeof *covered);
+    uint32_t *dead = calloc((size_t)dead_size * nw, sizeof *dead);
+    int found = -1;
+    if (order && ids && covered && dead) {
+        for (uint32_t i = 0; i < n; i++) /* by bit count, largest first, then in arrival order (a stable sort) */
+            if (!wide_meets(c->bitmaps + (size_t)i * nw, bitmap, nw))
+                order[ncand++] = (uint64_t)(32 * MAX_RACKS - wide_count(c->bitmaps + (size_t)i * nw, nw)) << 32 | i;
+        qsort(order, ncand, sizeof *order, ascending);
+        for (uint32_t k = 0; k < ncand; k++) ids[k] = (uint32_t)order[k];
+        wide_set(covered, bitmap, nw);
+        chosen[0] = newest;
+        cover_search s = {c->bitmaps, full, nw, ids, ncand, covered, dead, dead_size - 1, 0, chosen, 1};
+        found = cover_from(&s, 0);
+        *nchosen = s.nchosen;
+    }
+    free(order), free(ids), free(covered), free(dead);
+    return found;
 }
 
 /* `into` op= `piece`, word by word (SUM: modulo 2^32; MAX: unsigned). */
@@ -456,39 +590,23 @@ static void add_words(uint32_t *sums, const uint8_t *payload, uint32_t words, in
     }
 }
 
-/* The result of chunk `c` into `out` if its pieces hold an exact cover: 1, else 0 (-1: out of memory). */
-static int chunk_result(const chunk *c, uint32_t full, uint32_t *out) {
-    uint32_t n = c->count, stack_ids[128], stack_chosen[128], stack_dead[512];
-    uint32_t *ids = n <= 128 ? stack_ids : malloc(n * sizeof *ids), *chosen = n <= 128 ? stack_chosen : malloc(n * sizeof *chosen);
-    uint32_t dead_size = 8;
-    while (dead_size < 4 * n + 8) dead_size *= 2;
-    uint32_t *dead = dead_size <= 512 ? stack_dead : calloc(dead_size, sizeof *dead);
-    int found = -1;
-    if (!ids || !chosen || !dead) goto done;
-    uint32_t nchosen = 0;
+/* The sums (or maxima) of `count` pieces of `c` into `out`: those at `chosen`, or without it the first `count`. */
+static void sum_pieces(const chunk *c, const uint32_t *chosen, uint32_t count, uint32_t *out) {
+    const uint32_t words = c->words;
+    memcpy(out, c->sums + (size_t)(chosen ? chosen[0] : 0) * words, words * sizeof *out);
+    for (uint32_t k = 1; k < count; k++) combine(out, c->sums + (size_t)(chosen ? chosen[k] : k) * words, words, c->format.flags & INA_FLAG_MAX);
+}
+
+/* The result of chunk `c` into `out` if its pieces hold an exact cover of the job's `full`: 1, else 0 (-1: out of memory). */
+static int chunk_result(const chunk *c, const job *j, uint32_t *out) {
     if (c->disjoint) {
-        for (uint32_t i = 0; i < n; i++) chosen[i] = i;
-        nchosen = n, found = 1;
-    } else {
-        uint32_t newest = n - 1, bitmap = c->bitmaps[newest], ncand = 0;
-        for (int bits = 32; bits >= 1; bits--) /* sorted by bit count, largest first; stable */
-            for (uint32_t i = 0; i < n; i++)
-                if (!(c->bitmaps[i] & bitmap) && __builtin_popcount(c->bitmaps[i]) == bits) ids[ncand++] = i;
-        if (dead_size <= 512) memset(dead, 0, dead_size * sizeof *dead);
-        chosen[0] = newest;
-        cover_search s = {c->bitmaps, ids, ncand, full, dead, dead_size - 1, 0, chosen, 1};
-        found = cover_from(&s, bitmap);
-        nchosen = s.nchosen;
+        sum_pieces(c, NULL, c->count, out);
+        return 1;
     }
-    if (found == 1) {
-        const uint32_t words = c->words, *first = c->sums + (size_t)chosen[0] * words;
-        memcpy(out, first, words * sizeof *out);
-        for (uint32_t k = 1; k < nchosen; k++) combine(out, c->sums + (size_t)chosen[k] * words, words, c->format.flags & INA_FLAG_MAX);
-    }
-done:
-    if (ids != stack_ids) free(ids);
-    if (chosen != stack_chosen) free(chosen);
-    if (dead != stack_dead) free(dead);
+    uint32_t nchosen = 0, *chosen = malloc(c->count * sizeof *chosen);
+    int found = chosen ? find_cover(c, j->full, j->nw, chosen, &nchosen) : -1;
+    if (found == 1) sum_pieces(c, chosen, nchosen, out);
+    free(chosen);
     return found;
 }
 
@@ -521,7 +639,9 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     uint8_t *packet = ina_tx_add(tx, j->has_group ? j->group : j->workers[0], length);
     int queued = packet != NULL;
     if (!queued) packet = j->packet; /* out of memory: kept for replays, not sent (not counted) */
-    write_control(packet, INA_RESULT, j->id, seq, c->format, j->full);
+    chunk_format f = c->format;
+    f.flags |= j->result_flags;
+    write_control(packet, INA_RESULT, j->id, seq, f, j->result_bitmap);
     ina_store_words(packet + INA_HEADER_BYTES, sums, c->words);
     ring_put(j, seq, c->format.flags != 0, packet, length);
     c->generation++;
@@ -534,23 +654,27 @@ static void complete(PS *ps, job *j, int32_t entry, const uint32_t *sums, ina_tx
     ps->counts[C_completed]++, j->completed++;
 }
 
-/* Add a piece of a chunk of format `f` to it: its sums, big-endian in `payload`, or with `table` the lanes of
- * its indices. The chunk's entry if it is still incomplete, -1 if it completed or the piece was refused. */
-static int32_t add_piece(PS *ps, job *j, const ina_header *h, chunk_format f, const uint8_t *payload, const lookup *table,
-                         double now, ina_tx *tx) {
+/* Add a piece (`bitmap`, nw words: the job's) of chunk `seq` of format `f` to it: its sums, big-endian in `payload`,
+ * or with `table` the lanes of its indices. The chunk's entry if it is still incomplete, -1 if it completed or the
+ * piece was refused. Inlined into add_piece for a constant nw of 1 and for the others: a job of one switch pays
+ * nothing for the racks of others. */
+static inline __attribute__((always_inline)) int32_t add_piece_of(PS *ps, job *j, uint32_t seq, const uint32_t *bitmap, uint32_t nw,
+                                                                  chunk_format f, const uint8_t *payload, const lookup *table,
+                                                                  double now, ina_tx *tx) {
     uint32_t words = ina_result_words(f.words, f.index_bits, f.lane_bits); /* the sums of a piece */
-    int32_t entry = seqmap_find(&j->pending, h->seq);
+    int32_t entry = seqmap_find(&j->pending, seq);
     chunk *c;
     if (entry < 0) {
         if (j->pending.count >= j->cap) {
             ps->counts[C_overloaded]++;
             return -1;
         }
-        entry = seqmap_insert(&j->pending, h->seq);
+        entry = seqmap_insert(&j->pending, seq);
         c = &j->chunks[entry];
         c->format = f, c->words = words, c->created = now;
         c->flush_interval = ps->flush_delay, c->flush_at = now + ps->flush_delay;
-        c->held = 0, c->count = 0, c->disjoint = 1;
+        c->count = 0, c->disjoint = 1;
+        memset(c->held, 0, nw * sizeof *c->held);
         if (j->has_switch) schedule(ps, j, entry);
     } else {
         c = &j->chunks[entry];
@@ -559,13 +683,12 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, chunk_format f, co
             return -1;
         }
     }
-    uint32_t bitmap = h->bitmap;
-    if ((bitmap & (bitmap - 1)) && c->count >= 2 * j->n) {
+    if (c->count >= j->piece_cap && wide_count(bitmap, nw) > 1) {
         ps->counts[C_overloaded]++;
         return entry;
     }
     for (uint32_t i = 0; i < c->count; i++) {
-        if (c->bitmaps[i] == bitmap) {
+        if (wide_eq(c->bitmaps + (size_t)i * nw, bitmap, nw)) {
             ps->counts[C_duplicate]++;
             return entry;
         }
@@ -577,7 +700,7 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, chunk_format f, co
     size_t stored = summed ? 1 : (size_t)c->count + 1;
     if (c->count == c->room || stored * c->words > c->sums_room) { /* entries are reused: sizes vary */
         uint32_t room = c->room > c->count ? c->room : (c->room ? 2 * c->room : j->n);
-        uint32_t *bitmaps = realloc(c->bitmaps, room * sizeof *bitmaps);
+        uint32_t *bitmaps = realloc(c->bitmaps, (size_t)room * nw * sizeof *bitmaps);
         if (bitmaps) c->bitmaps = bitmaps, c->room = room;
         size_t sums_room = (summed ? 1 : (size_t)c->room) * c->words;
         uint32_t *grown = bitmaps && sums_room > c->sums_room ? realloc(c->sums, sums_room * sizeof *grown) : c->sums;
@@ -595,48 +718,56 @@ static int32_t add_piece(PS *ps, job *j, const ina_header *h, chunk_format f, co
         if (table) lookup_lanes(table, payload, f.words, into, 4 * (size_t)words);
         else ina_load_words(into, payload, c->words);
     }
-    c->bitmaps[c->count++] = bitmap;
-    c->disjoint &= !(bitmap & c->held);
-    c->held |= bitmap;
+    memcpy(c->bitmaps + (size_t)c->count++ * nw, bitmap, nw * sizeof *bitmap);
+    c->disjoint &= !wide_meets(bitmap, c->held, nw);
+    for (uint32_t w = 0; w < nw; w++) c->held[w] |= bitmap[w];
     ps->counts[C_pieces]++;
-    if (c->held != j->full) return entry;
+    if (!wide_eq(c->held, j->full, nw)) return entry;
     if (summed) {
         complete(ps, j, entry, c->sums, tx);
         return -1;
     }
-    int found = chunk_result(c, j->full, j->scratch);
+    int found = chunk_result(c, j, j->scratch);
     if (found != 1) return entry;
     complete(ps, j, entry, j->scratch, tx);
     return -1;
 }
 
-/* Tell a resending worker which workers' contributions the PS holds. */
-static void status(PS *ps, job *j, const ina_header *h, chunk_format f, uint32_t bitmap, ina_tx *tx) {
-    send_control(ps, tx, j->workers[h->rank], INA_STATUS, j->id, h->seq, f, bitmap);
+static int32_t add_piece(PS *ps, job *j, uint32_t seq, const uint32_t *bitmap, chunk_format f, const uint8_t *payload,
+                         const lookup *table, double now, ina_tx *tx) {
+    if (j->nw == 1) return add_piece_of(ps, j, seq, bitmap, 1, f, payload, table, now, tx);
+    return add_piece_of(ps, j, seq, bitmap, j->nw, f, payload, table, now, tx);
+}
+
+/* Tell a resending worker (its place in `workers`) which workers' contributions the PS holds of its rack (`held`,
+ * nw words; a job of one switch has one rack). */
+static void status(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f, const uint32_t *held, ina_tx *tx) {
+    send_control(ps, tx, j->workers[worker], INA_STATUS, j->id, seq, f, held[j->bit[worker] / 32]);
     ps->counts[C_status_sent]++;
 }
 
-/* A worker resent a chunk (of format `f`) whose result the PS lacks: remember it, and ask the other workers at
- * most once per flush_delay. */
-static void fetch_result(PS *ps, job *j, const ina_header *h, chunk_format f, double now, ina_tx *tx) {
-    int32_t e = seqmap_find(&j->fetches, h->seq);
+/* A worker (its place in `workers`) resent chunk `seq` (of format `f`) whose result the PS lacks: remember it, and
+ * ask the other workers at most once per flush_delay. */
+static void fetch_result(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f, double now, ina_tx *tx) {
+    int32_t e = seqmap_find(&j->fetches, seq);
     if (e < 0) {
         if (j->fetches.count >= j->cap) {
             seqmap_remove(&j->fetches, j->fetches.head);
             ps->counts[C_overloaded]++;
         }
-        e = seqmap_insert(&j->fetches, h->seq);
-        j->fetchv[e] = (fetch){f, 0, 0, 0.0};
+        e = seqmap_insert(&j->fetches, seq);
+        j->fetchv[e] = (fetch){f, 0, 0.0};
+        memset(j->requesters + (size_t)e * j->nreq, 0, j->nreq * sizeof *j->requesters);
     } else if (!format_eq(j->fetchv[e].format, f)) {
         ps->counts[C_mismatch]++;
         return;
     }
     fetch *x = &j->fetchv[e];
-    x->requesters |= h->bitmap;
+    j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] |= 1u << (worker % 32);
     if (x->sent && now < x->sent_at + ps->flush_delay) return;
     x->sent = 1, x->sent_at = now;
     for (uint32_t r = 0; r < j->n; r++)
-        if (r != h->rank) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, h->seq, f, 0);
+        if (r != (uint32_t)worker) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, seq, f, 0);
     ps->counts[C_fetch_sent] += j->n - 1;
 }
 
@@ -647,18 +778,38 @@ static int store(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_
     if (entry >= 0) drop_chunk(ps, j, entry, C_superseded);
     int32_t e = seqmap_find(&j->fetches, h->seq);
     if (e >= 0) {
-        uint32_t requesters = j->fetchv[e].requesters;
-        seqmap_remove(&j->fetches, e);
+        const uint32_t *requesters = j->requesters + (size_t)e * j->nreq;
+        seqmap_remove(&j->fetches, e); /* its requesters stay until the entry is taken again */
         for (uint32_t r = 0; r < j->n; r++)
-            if (requesters >> r & 1) send_copy(ps, tx, j->workers[r], data, (uint32_t)length);
-        ps->counts[C_results_replayed] += (uint64_t)__builtin_popcount(requesters);
+            if (requesters[r / 32] >> (r % 32) & 1) send_copy(ps, tx, j->workers[r], data, (uint32_t)length);
+        ps->counts[C_results_replayed] += wide_count(requesters, j->nreq);
     }
     return 1;
 }
 
+/* A PARTIAL, or a racked job's DATA with SPINE (a rack's sum): a piece from a switch, never answered. */
+static void on_piece(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, double now,
+                     ina_tx *tx) {
+    uint32_t bitmap[MAX_RACKS];
+    int refused = piece_bitmap(j, h, source, bitmap);
+    if (refused != ACCEPTED) ps->counts[refused]++;
+    else if (!format_ok(j, h)) ps->counts[C_bad_format]++;
+    else {
+        observe(j, h->seq);
+        if (seqmap_find(&j->ring, h->seq) >= 0) ps->counts[C_late]++;
+        else if (proven_complete(j, h->seq)) ps->counts[C_stale]++;
+        else add_piece(ps, j, h->seq, bitmap, format_of(h, length), data + INA_HEADER_BYTES, NULL, now, tx);
+    }
+}
+
 static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, double now,
                     ina_tx *tx) {
-    if (!(h->rank < j->n && (ina_addr_eq(source, j->workers[h->rank]) || (j->has_switch && ina_addr_eq(source, j->sw))))) {
+    if ((h->flags & INA_FLAG_SPINE) && j->nracks) { /* a rack's sum, sent up by its leaf */
+        on_piece(ps, j, h, data, length, source, now, tx);
+        return;
+    }
+    int32_t worker = data_worker(j, h, source);
+    if (worker < 0) {
         ps->counts[C_unregistered]++;
         return;
     }
@@ -675,41 +826,31 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, si
             ps->counts[C_mismatch]++;
             return;
         }
-        send_copy(ps, tx, j->workers[h->rank], s->packet, s->length);
+        send_copy(ps, tx, j->workers[worker], s->packet, s->length);
         ps->counts[C_results_replayed]++;
         return;
     }
     if (proven_complete(j, h->seq)) {
         ps->counts[C_stale]++;
         if (h->flags & INA_FLAG_RESEND) {
-            fetch_result(ps, j, h, f, now, tx);
-            status(ps, j, h, f, j->full, tx);
+            fetch_result(ps, j, worker, h->seq, f, now, tx);
+            status(ps, j, worker, h->seq, f, j->full, tx);
         }
         return;
     }
-    int32_t entry = add_piece(ps, j, h, f, data + INA_HEADER_BYTES, h->index_bits ? &j->table : NULL, now, tx);
+    uint32_t bitmap[MAX_RACKS];
+    wide_set(bitmap, NULL, j->nw);
+    bitmap[j->bit[worker] / 32] = 1u << (j->bit[worker] % 32);
+    int32_t entry = add_piece(ps, j, h->seq, bitmap, f, data + INA_HEADER_BYTES, h->index_bits ? &j->table : NULL, now, tx);
     if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
-        if (j->has_switch) fetch_result(ps, j, h, f, now, tx);
-        status(ps, j, h, f, j->chunks[entry].held, tx);
-    }
-}
-
-static void on_partial(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, double now,
-                       ina_tx *tx) {
-    if (!(j->has_switch && ina_addr_eq(source, j->sw))) ps->counts[C_unregistered]++;
-    else if (!h->bitmap || (h->bitmap & ~j->full)) ps->counts[C_bad_bitmap]++;
-    else if (!format_ok(j, h)) ps->counts[C_bad_format]++;
-    else {
-        observe(j, h->seq);
-        if (seqmap_find(&j->ring, h->seq) >= 0) ps->counts[C_late]++;
-        else if (proven_complete(j, h->seq)) ps->counts[C_stale]++;
-        else add_piece(ps, j, h, format_of(h, length), data + INA_HEADER_BYTES, NULL, now, tx);
+        if (j->has_switch) fetch_result(ps, j, worker, h->seq, f, now, tx);
+        status(ps, j, worker, h->seq, f, j->chunks[entry].held, tx);
     }
 }
 
 static void on_result(PS *ps, job *j, const ina_header *h, const uint8_t *data, size_t length, ina_addr source, ina_tx *tx) {
     if (j->has_switch && ina_addr_eq(source, j->sw)) {
-        if (h->bitmap != j->full) {
+        if (h->bitmap != j->result_bitmap) {
             ps->counts[C_bad_bitmap]++;
             return;
         }
@@ -733,7 +874,7 @@ static void on_result(PS *ps, job *j, const ina_header *h, const uint8_t *data, 
     }
     int32_t e = seqmap_find(&j->fetches, h->seq);
     if (e < 0) ps->counts[C_unsolicited]++;
-    else if (h->bitmap != j->full) ps->counts[C_bad_bitmap]++;
+    else if (h->bitmap != j->result_bitmap) ps->counts[C_bad_bitmap]++;
     else if (!format_eq(format_of(h, length), j->fetchv[e].format)) ps->counts[C_mismatch]++;
     else {
         store(ps, j, h, data, length, tx);
@@ -757,11 +898,12 @@ static void ps_receive(void *self, const uint8_t *data, size_t length, ina_addr 
     if (h.kind != INA_DATA && h.kind != INA_PARTIAL && h.kind != INA_RESULT) ps->counts[C_unexpected]++;
     else if (!j) ps->counts[C_unregistered]++;
     else if (h.kind == INA_DATA) ps->counts[C_rx_data]++, on_data(ps, j, &h, data, length, source, now, tx);
-    else if (h.kind == INA_PARTIAL) ps->counts[C_rx_partial]++, on_partial(ps, j, &h, data, length, source, now, tx);
+    else if (h.kind == INA_PARTIAL) ps->counts[C_rx_partial]++, on_piece(ps, j, &h, data, length, source, now, tx);
     else ps->counts[C_rx_result]++, on_result(ps, j, &h, data, length, source, tx);
 }
 
-/* Ask the switch to flush a stalled chunk, then wait twice as long for the next request. */
+/* Ask the switch (a racked job's: the spine and every leaf) to flush a stalled chunk, then wait twice as long for
+ * the next request. */
 static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
     chunk *c = &j->chunks[entry];
     uint32_t seq = j->pending.key[entry];
@@ -770,7 +912,8 @@ static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
         return;
     }
     send_control(ps, tx, j->sw, INA_FLUSH, j->id, seq, c->format, 0);
-    ps->counts[C_flush_sent]++;
+    for (uint32_t r = 0; r < j->nracks; r++) send_control(ps, tx, j->leaves[r], INA_FLUSH, j->id, seq, c->format, 0);
+    ps->counts[C_flush_sent] += 1 + j->nracks;
     c->flush_interval = 2 * c->flush_interval < FLUSH_CAP ? 2 * c->flush_interval : FLUSH_CAP;
     c->flush_at = now + c->flush_interval;
     schedule(ps, j, entry);
@@ -866,15 +1009,45 @@ static int not_ready(PS *self) {
     return 1;
 }
 
-/* register(job, words, window, ring, lane_bits, index_bits, workers, switch, table, group): workers is (ip, port)
- * uint32 pairs as bytes, switch and group (ip, port) or None, table the levels as uint32 bytes (empty without indices). */
+/* The racks of job `j` (n workers): `sizes` its racks' worker counts (uint32, none for a job of one switch), `leaves`
+ * their leaves as (ip, port) uint32 pairs; sets its bitmaps' words, each worker's bit, its RESULTs' bitmap and flags
+ * and its pieces' bound. 0, or -1 if they are not what the Python control plane checks (ina.control.jobs). */
+static int set_racks(job *j, const Py_buffer *sizes, const Py_buffer *leaves) {
+    uint32_t nracks = (uint32_t)(sizes->len / 4), placed = 0;
+    if (sizes->len % 4 || nracks == 1 || nracks > MAX_RACKS || (size_t)leaves->len != 8 * (size_t)nracks || (nracks && !j->has_switch))
+        return -1;
+    if (!nracks) { /* one switch: one word, the ranks */
+        if (j->n > INA_MAX_WORKERS) return -1;
+        j->nw = 1, j->full[0] = j->n == 32 ? 0xFFFFFFFFu : (1u << j->n) - 1, j->result_bitmap = j->full[0];
+        for (uint32_t r = 0; r < j->n; r++) j->bit[r] = (uint16_t)r;
+        j->piece_cap = 2 * j->n;
+        return 0;
+    }
+    const uint32_t *n = sizes->buf, *peers = leaves->buf;
+    for (uint32_t r = 0; r < nracks; r++) {
+        if (n[r] < 1 || n[r] > INA_MAX_WORKERS || placed + n[r] > j->n) return -1;
+        j->sizes[r] = n[r], j->offsets[r] = placed, j->full[r] = n[r] == 32 ? 0xFFFFFFFFu : (1u << n[r]) - 1;
+        j->leaves[r] = (ina_addr){peers[2 * r], (uint16_t)peers[2 * r + 1]};
+        for (uint32_t rank = 0; rank < n[r]; rank++) j->bit[placed + rank] = (uint16_t)(32 * r + rank);
+        placed += n[r];
+    }
+    if (placed != j->n) return -1;
+    j->nracks = j->nw = nracks, j->result_bitmap = nracks == 32 ? 0xFFFFFFFFu : (1u << nracks) - 1;
+    j->result_flags = INA_FLAG_SPINE, j->piece_cap = 2 * (j->n + nracks);
+    return 0;
+}
+
+/* register(job, words, window, ring, lane_bits, index_bits, workers, switch, table, group[, racks, leaves]): workers is
+ * (ip, port) uint32 pairs as bytes, rack by rack, switch (a racked job's spine) and group (ip, port) or None, table
+ * the levels as uint32 bytes (empty without indices), racks each rack's worker count as uint32 bytes and leaves each
+ * rack's leaf as (ip, port) uint32 pairs (both empty, or left out, for a job of one switch). */
 static PyObject *PS_register(PS *self, PyObject *args) {
     unsigned int id, words, window, cap, lane_bits, index_bits;
-    Py_buffer workers, table;
+    Py_buffer workers, table, racks = {0}, leaves = {0};
     PyObject *sw, *group;
     if (not_ready(self)) return NULL;
-    if (!PyArg_ParseTuple(args, "IIIIIIy*Oy*O", &id, &words, &window, &cap, &lane_bits, &index_bits, &workers, &sw, &table,
-                          &group))
+    if (!PyArg_ParseTuple(args, "IIIIIIy*Oy*O|y*y*", &id, &words, &window, &cap, &lane_bits, &index_bits, &workers, &sw, &table,
+                          &group, &racks, &leaves))
         return NULL;
     PyObject *result = NULL;
     job *j = NULL;
@@ -882,20 +1055,22 @@ static PyObject *PS_register(PS *self, PyObject *args) {
     unsigned switch_ip = 0, switch_port = 0, group_ip = 0, group_port = 0;
     if (sw != Py_None && !PyArg_ParseTuple(sw, "II", &switch_ip, &switch_port)) goto done;
     if (group != Py_None && !PyArg_ParseTuple(group, "II", &group_ip, &group_port)) goto done;
-    if (id >= 1 << 16 || !words || !window || !cap || n < 1 || n > INA_MAX_WORKERS || workers.len % 8 ||
+    if (id >= 1 << 16 || !words || !window || !cap || n < 1 || n > INA_MAX_WORKERS * MAX_RACKS || workers.len % 8 ||
         !ina_lane_width_ok(lane_bits) || index_bits > INA_MAX_INDEX_BITS ||
-        (index_bits && (size_t)table.len != 4 * ((size_t)1 << index_bits))) {
-        PyErr_SetString(PyExc_ValueError, "a job the Python control plane did not check");
-        goto done;
-    }
+        (index_bits && (size_t)table.len != 4 * ((size_t)1 << index_bits)) || (racks.len && (index_bits || group != Py_None)))
+        goto unchecked;
     j = calloc(1, sizeof *j);
     if (!j) goto nomem;
-    j->id = (uint16_t)id, j->words = words, j->n = n, j->full = n == 32 ? 0xFFFFFFFFu : (1u << n) - 1;
+    j->id = (uint16_t)id, j->words = words, j->n = n;
     j->window = window, j->cap = cap, j->lane_bits = (uint8_t)lane_bits;
+    j->workers = malloc(n * sizeof *j->workers), j->bit = malloc(n * sizeof *j->bit);
+    j->nreq = (n + 31) / 32, j->requesters = calloc((size_t)cap * j->nreq, sizeof *j->requesters);
+    if (!j->workers || !j->bit || !j->requesters) goto nomem;
     const uint32_t *peers = workers.buf;
     for (unsigned r = 0; r < n; r++) j->workers[r] = (ina_addr){peers[2 * r], (uint16_t)peers[2 * r + 1]};
     j->has_switch = sw != Py_None, j->sw = (ina_addr){switch_ip, (uint16_t)switch_port};
     j->has_group = group != Py_None, j->group = (ina_addr){group_ip, (uint16_t)group_port};
+    if (set_racks(j, &racks, &leaves) < 0) goto unchecked;
     uint32_t longest = words;
     if (index_bits) {
         if (lookup_init(&j->table, table.buf, index_bits, lane_bits) < 0) goto nomem;
@@ -919,11 +1094,14 @@ static PyObject *PS_register(PS *self, PyObject *args) {
     j = NULL;
     result = Py_NewRef(Py_None);
     goto done;
+unchecked:
+    PyErr_SetString(PyExc_ValueError, "a job the Python control plane did not check");
+    goto done;
 nomem:
     PyErr_NoMemory();
 done:
     job_free(j);
-    PyBuffer_Release(&workers), PyBuffer_Release(&table);
+    PyBuffer_Release(&workers), PyBuffer_Release(&table), PyBuffer_Release(&racks), PyBuffer_Release(&leaves);
     return result;
 }
 
@@ -952,6 +1130,14 @@ static PyObject *PS_job_state(PS *self, PyObject *args) {
     return Py_BuildValue("IIIKK", pending, results, fetching, completed, switch_completed);
 }
 
+/* The first 32 workers (by place in `workers`) in the bitmap `held`, as core.py's waiting reports them. */
+static uint32_t ranks_held(const job *j, const uint32_t *held) {
+    if (!j->nracks) return held[0];
+    uint64_t ranks = 0;
+    for (uint32_t r = 0; r < j->nracks && j->offsets[r] < 32; r++) ranks |= (uint64_t)held[r] << j->offsets[r];
+    return (uint32_t)ranks;
+}
+
 /* waiting(): every incomplete chunk as native-order uint32 arrays (job ids, seqs, MAX flags, bitmaps held). */
 static PyObject *PS_waiting(PS *self, PyObject *unused) {
     (void)unused;
@@ -965,7 +1151,7 @@ static PyObject *PS_waiting(PS *self, PyObject *unused) {
             const job *j = self->jobs[self->order[k]];
             for (int32_t e = j->pending.head; e >= 0; e = j->pending.next[e], out++) {
                 out[0] = j->id, out[total] = j->pending.key[e];
-                out[2 * total] = j->chunks[e].format.flags != 0, out[3 * total] = j->chunks[e].held;
+                out[2 * total] = j->chunks[e].format.flags != 0, out[3 * total] = ranks_held(j, j->chunks[e].held);
             }
         }
     }

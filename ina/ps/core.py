@@ -27,6 +27,10 @@ from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packet
 _RESEND = int(Flag.RESEND)
 _HOLD = int(Flag.HOLD)
+_SPINE = int(Flag.SPINE)
+
+_RANKS_WATCHED = 0xFFFFFFFF
+"""The ranks a `Waiting` row holds (ina.control.watch: uint32)."""
 
 FLUSH_CAP = 1.0
 """Longest wait between two FLUSH requests for one chunk, seconds (section 6)."""
@@ -142,8 +146,10 @@ class ParameterServer:
         return dict(self._counts)
 
     def waiting(self) -> Waiting:
-        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold."""
-        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, chunk.pieces.held)
+        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold. A racked
+        job's ranks are places in its `workers` (rack offset + rank in the rack), of which the watch's 32-bit
+        rows hold the first 32: a job of more workers shows its later ones as always missing."""
+        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, state.ranks_held(chunk.pieces.held) & _RANKS_WATCHED)
                 for job, state in self._jobs.items() for chunk in state.pending.values()]  # fmt: skip
         return waiting_of(np.array(rows, dtype=np.uint64).reshape(-1, 3).T)
 
@@ -194,13 +200,17 @@ class ParameterServer:
             self._on_data(job, f, datagram, lanes, now, out)
         elif f.kind == Kind.PARTIAL:
             self._counts["rx_partial"] += 1
-            self._on_partial(job, f, datagram, now, out)
+            self._on_piece(job, f, datagram, now, out)
         else:
             self._counts["rx_result"] += 1
             self._on_result(job, f, datagram, out)
 
     def _on_data(self, job: JobState, f: Header, datagram: Datagram, lanes: np.ndarray | None, now: float, out: list[Datagram]) -> None:
-        if not job.sent_by(f.rank, datagram.addr):
+        if f.flags & _SPINE and job.racks is not None:  # a rack's sum, sent up by its leaf: a piece as a PARTIAL is
+            self._on_piece(job, f, datagram, now, out)
+            return
+        worker = job.data_worker(f.rank, datagram.addr)
+        if worker is None:
             self._counts["unregistered"] += 1
             return
         if not job.format_ok(f):
@@ -213,7 +223,7 @@ class ParameterServer:
             if stored.is_max != bool(f.flags & _MAX):
                 self._counts["mismatch"] += 1
                 return
-            out.append(Datagram(stored.packet, job.workers[f.rank]))
+            out.append(Datagram(stored.packet, job.workers[worker]))
             self._counts["results_replayed"] += 1
             return
         if job.proven_complete(f.seq):
@@ -221,28 +231,29 @@ class ParameterServer:
             # another worker holds it, and a full STATUS says every rank contributed.
             self._counts["stale"] += 1
             if f.flags & _RESEND:
-                self._fetch(job, f, fmt, now, out)
-                self._status(job, f, fmt, job.full, out)
+                self._fetch(job, worker, f.seq, fmt, now, out)
+                self._status(job, worker, f.seq, fmt, job.full, out)
             return
-        chunk = self._add_piece(job, f, fmt, lanes if lanes is not None else _payload(datagram), now, out)
+        sums = lanes if lanes is not None else _payload(datagram)
+        chunk = self._add_piece(job, f.seq, job.bits[worker], fmt, sums, now, out)
         if chunk is not None and f.flags & _RESEND:
             if job.switch is not None:
                 # It may have completed at the switch with this worker's RESULT and the PS's copy
                 # lost, and (its last chunks) no later chunk ever lets the window prove it.
-                self._fetch(job, f, fmt, now, out)
-            self._status(job, f, fmt, chunk.pieces.held, out)
+                self._fetch(job, worker, f.seq, fmt, now, out)
+            self._status(job, worker, f.seq, fmt, chunk.pieces.held, out)
 
-    def _status(self, job: JobState, f: Header, fmt: ChunkFormat, bitmap: int, out: list[Datagram]) -> None:
-        """Tell a resending worker which workers' contributions the PS holds."""
-        status = _header(Kind.STATUS, job.spec.job, f.seq, fmt, bitmap).pack()
-        out.append(Datagram(status, job.workers[f.rank]))
+    def _status(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, held: int, out: list[Datagram]) -> None:
+        """Tell a resending worker (its place in `workers`) which workers' contributions the PS holds."""
+        status = _header(Kind.STATUS, job.spec.job, seq, fmt, job.status_bitmap(held, worker)).pack()
+        out.append(Datagram(status, job.workers[worker]))
         self._counts["status_sent"] += 1
 
-    def _on_partial(self, job: JobState, f: Header, datagram: Datagram, now: float, out: list[Datagram]) -> None:
-        if datagram.addr != job.switch:
-            self._counts["unregistered"] += 1
-        elif not f.bitmap or f.bitmap & ~job.full:
-            self._counts["bad_bitmap"] += 1
+    def _on_piece(self, job: JobState, f: Header, datagram: Datagram, now: float, out: list[Datagram]) -> None:
+        """A PARTIAL, or a racked job's DATA with SPINE (a rack's sum): a piece from a switch, never answered."""
+        bitmap = job.piece_bitmap(f, datagram.addr)
+        if isinstance(bitmap, str):
+            self._counts[bitmap] += 1
         elif not job.format_ok(f):
             self._counts["bad_format"] += 1
         else:
@@ -252,12 +263,12 @@ class ParameterServer:
             elif job.proven_complete(f.seq):
                 self._counts["stale"] += 1
             else:
-                self._add_piece(job, f, ChunkFormat.of(f, len(datagram.data)), _payload(datagram), now, out)
+                self._add_piece(job, f.seq, bitmap, ChunkFormat.of(f, len(datagram.data)), _payload(datagram), now, out)
 
     def _on_result(self, job: JobState, f: Header, datagram: Datagram, out: list[Datagram]) -> None:
         """A RESULT copy from the switch, or a worker's answer to a FETCH."""
         if datagram.addr == job.switch:
-            if f.bitmap != job.full:
+            if f.bitmap != job.result_bitmap:
                 self._counts["bad_bitmap"] += 1
                 return
             job.observe(f.seq)
@@ -269,11 +280,11 @@ class ParameterServer:
                 return
             self._counts["result_copies"] += 1
             job.switch_completed += 1
-        elif datagram.addr in job.workers:
+        elif datagram.addr in job.index:
             fetch = job.fetches.get(f.seq)
             if fetch is None:  # never asked for, or another worker answered first
                 self._counts["unsolicited"] += 1
-            elif f.bitmap != job.full:
+            elif f.bitmap != job.result_bitmap:
                 self._counts["bad_bitmap"] += 1
             elif ChunkFormat.of(f, len(datagram.data)) != fetch.format:
                 self._counts["mismatch"] += 1
@@ -294,49 +305,48 @@ class ParameterServer:
             self._drop(job, chunk, "superseded")
         fetch = job.fetches.pop(f.seq, None)
         if fetch is not None:
-            out.extend(Datagram(packet, w) for rank, w in enumerate(job.workers) if fetch.requesters >> rank & 1)
+            out.extend(Datagram(packet, w) for place, w in enumerate(job.workers) if fetch.requesters >> place & 1)
             self._counts["results_replayed"] += fetch.requesters.bit_count()
         return True
 
-    def _fetch(self, job: JobState, f: Header, fmt: ChunkFormat, now: float, out: list[Datagram]) -> None:
-        """A worker resent a chunk (of format `fmt`) whose result the PS lacks: remember it, and ask the job's
-        other workers (each keeps its newest 2W results) at most once per `flush_delay`."""
-        fetch = job.fetches.get(f.seq)
+    def _fetch(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, now: float, out: list[Datagram]) -> None:
+        """A worker (its place in `workers`) resent a chunk (of format `fmt`) whose result the PS lacks: remember
+        it, and ask the job's other workers (each keeps its newest 2W results) at most once per `flush_delay`."""
+        fetch = job.fetches.get(seq)
         if fetch is None:
             if len(job.fetches) >= job.pending_cap:
                 job.fetches.popitem(last=False)
                 self._counts["overloaded"] += 1
-            fetch = job.fetches[f.seq] = Fetch(fmt)
+            fetch = job.fetches[seq] = Fetch(fmt)
         elif fetch.format != fmt:
             self._counts["mismatch"] += 1
             return
-        fetch.requesters |= f.bitmap
+        fetch.requesters |= 1 << worker
         if fetch.sent_at is not None and now < fetch.sent_at + self.flush_delay:
             return
         fetch.sent_at = now
         # Every other worker, earlier requesters too: one may have got the result since it asked.
-        packet = _header(Kind.FETCH, job.spec.job, f.seq, fmt).pack()
-        out.extend(Datagram(packet, w) for rank, w in enumerate(job.workers) if rank != f.rank)
+        packet = _header(Kind.FETCH, job.spec.job, seq, fmt).pack()
+        out.extend(Datagram(packet, w) for place, w in enumerate(job.workers) if place != worker)
         self._counts["fetch_sent"] += len(job.workers) - 1
 
-    def _add_piece(self, job: JobState, f: Header, fmt: ChunkFormat, sums: np.ndarray, now: float,
+    def _add_piece(self, job: JobState, seq: int, bitmap: int, fmt: ChunkFormat, sums: np.ndarray, now: float,
                    out: list[Datagram]) -> Chunk | None:  # fmt: skip
-        """Add a piece (`f.bitmap`, `sums`) to its chunk; the chunk if it is still incomplete, None if it completed or
-        the piece was refused."""
-        chunk = job.pending.get(f.seq)
+        """Add a piece (`bitmap`, as the job's pieces name workers, and `sums`) to chunk `seq`; the chunk if it is
+        still incomplete, None if it completed or the piece was refused."""
+        chunk = job.pending.get(seq)
         if chunk is None:
             if len(job.pending) >= job.pending_cap:
                 self._counts["overloaded"] += 1
                 return None
-            chunk = Chunk(f.seq, fmt, job.full, now, self.flush_delay)
-            job.pending[f.seq] = chunk
+            chunk = Chunk(seq, fmt, job.full, now, self.flush_delay)
+            job.pending[seq] = chunk
             if job.switch is not None:
                 self._schedule(job, chunk)
         elif chunk.format != fmt:
             self._counts["mismatch"] += 1
             return None
-        bitmap = f.bitmap
-        if bitmap & (bitmap - 1) and len(chunk.pieces) >= 2 * len(job.workers):
+        if bitmap & (bitmap - 1) and len(chunk.pieces) >= job.piece_cap:
             # At most n single-worker pieces exist, so this bounds a chunk's memory and cover search
             # without ever refusing the resends that always make a cover.
             self._counts["overloaded"] += 1
@@ -354,7 +364,7 @@ class ParameterServer:
         """Send the RESULT to every worker of the job (its group, or each) and keep it for replays."""
         del job.pending[chunk.seq]
         chunk.live = False
-        packet = _header(Kind.RESULT, job.spec.job, chunk.seq, chunk.format, job.full).pack(chunk.pieces.result)
+        packet = _header(Kind.RESULT, job.spec.job, chunk.seq, chunk.format, job.result_bitmap, job.result_flags).pack(chunk.pieces.result)
         job.ring.put(chunk.seq, bool(chunk.format.flags), packet)
         job.fetches.pop(chunk.seq, None)  # every worker gets the RESULT below
         out.extend(Datagram(packet, to) for to in job.result_to)
@@ -378,12 +388,14 @@ class ParameterServer:
         return chunk.live and chunk.flush_at == due
 
     def _flush(self, job: JobState, chunk: Chunk, now: float, out: list[Datagram]) -> None:
-        """Ask the switch to flush a stalled chunk, then wait twice as long for the next request."""
+        """Ask the switch (a racked job's: the spine and every leaf) to flush a stalled chunk, then wait twice as
+        long for the next request."""
         if job.proven_complete(chunk.seq):
             self._drop(job, chunk, "retired")
             return
-        out.append(Datagram(_header(Kind.FLUSH, job.spec.job, chunk.seq, chunk.format).pack(), job.switch))
-        self._counts["flush_sent"] += 1
+        packet = _header(Kind.FLUSH, job.spec.job, chunk.seq, chunk.format).pack()
+        out.extend(Datagram(packet, to) for to in job.flush_to)
+        self._counts["flush_sent"] += len(job.flush_to)
         chunk.flush_interval = min(2 * chunk.flush_interval, FLUSH_CAP)
         chunk.flush_at = now + chunk.flush_interval
         self._schedule(job, chunk)
@@ -394,9 +406,10 @@ def _payload(datagram: Datagram) -> np.ndarray:
     return np.frombuffer(datagram.data, dtype=">u4", offset=HEADER_LEN)
 
 
-def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0) -> Header:
-    """A header for chunk `seq` of `job`: its operation, format and slot, no rank or priority."""
-    return Header(kind, job, seq, Flag(fmt.flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits, bitmap=bitmap)
+def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0, flags: int = 0) -> Header:
+    """A header for chunk `seq` of `job`: its operation (and `flags`), format and slot, no rank or priority."""
+    return Header(kind, job, seq, Flag(fmt.flags | flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits,
+                  bitmap=bitmap)
 
 
 def waiting_of(rows: np.ndarray) -> Waiting:

@@ -7,15 +7,16 @@ packets each fit one UDP datagram.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Container
 from typing import Any
 
-from ina.control import JobSpec
+from ina.control import Endpoint, JobSpec
 from ina.control.jobs import MAX_DATAGRAM, MAX_WORDS
 from ina.control.policy import caller, grant
 from ina.protocol import HEADER_LEN, result_words
 
-__all__ = ["MAX_WORDS", "admit", "check_options", "job_words", "packet_words"]
+__all__ = ["MAX_WORDS", "admit", "check_options", "check_racks", "job_words", "packet_words"]
 
 
 def check_options(words: int, flush_delay: float, piece_timeout: float, result_retention: int, max_words: int) -> None:
@@ -55,6 +56,27 @@ def job_words(spec: JobSpec, words: int, max_words: int) -> int:
     return chosen
 
 
+def check_racks(spec: JobSpec) -> None:
+    """What a racked job needs at the PS (docs/protocol.md, section 10) beyond what JobSpec checks: every
+    address numeric IPv4 and its own, since the PS tells a packet's level and rack by its source alone."""
+    if not spec.racks:
+        return
+    named: dict[tuple[str, int], str] = {}
+    places = [("switch (the spine)", spec.switch), *((f"leaves[{r}]", leaf) for r, leaf in enumerate(spec.leaves)),
+              *((f"workers[{place}]", w) for place, w in enumerate(spec.workers))]  # fmt: skip
+    for what, endpoint in places:
+        assert isinstance(endpoint, Endpoint)  # JobSpec: a racked job names its spine
+        try:
+            ipaddress.IPv4Address(endpoint.host)
+        except ValueError:
+            raise ValueError(f"job {spec.job}: {what} {endpoint.host!r} is not a numeric IPv4 address; a racked job "
+                             "registers every switch and worker by the address its packets come from") from None
+        if endpoint.addr in named:
+            raise ValueError(f"job {spec.job}: {what} and {named[endpoint.addr]} are both {endpoint.host}:{endpoint.port}; "
+                             "give the spine, each leaf and each worker of a racked job its own data address")
+        named[endpoint.addr] = what
+
+
 def admit(spec: JobSpec, registered: Container[int], words: int, max_words: int, retention: int) -> tuple[JobSpec, str | None, int, int]:
     """A registration as the control request's caller may have it (docs/protocol.md, section 7): the
     granted spec, its owner, its K and its ring of results; ValueError says what to change."""
@@ -62,6 +84,7 @@ def admit(spec: JobSpec, registered: Container[int], words: int, max_words: int,
     spec = grant(spec, who)
     if spec.job in registered:
         raise ValueError(f"job {spec.job} is already registered; deregister it first (DELETE /jobs/{spec.job})")
+    check_racks(spec)
     return spec, who.name, job_words(spec, words, max_words), max(4 * spec.window, retention)
 
 

@@ -10,12 +10,13 @@ the Python reference otherwise.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ina.control import JobSpec
+from ina.control import Endpoint, JobSpec
 from ina.control.policy import caller, check_owner
 from ina.control.watch import Waiting
 from ina.net.native import NativeNode, load_native, native_on_path, peer_of
@@ -73,10 +74,11 @@ class NativeParameterServer(NativeNode):
         """Add a job, as the control request's caller may have it (docs/protocol.md, section 7)."""
         with self._lock:
             spec, owner, words, ring = admit(spec, self._jobs, self.words, self.max_words, self.result_retention)
-            workers = np.array([peer_of(w.addr) for w in spec.workers], dtype=np.uint32).tobytes()
+            workers, leaves = (_peers(endpoints) for endpoints in (spec.workers, spec.leaves))
             switch, group = (None if e is None else peer_of(e.addr) for e in (spec.switch, spec.group))
-            table = np.asarray(spec.table, dtype=np.uint32).tobytes()
-            self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table, group)
+            table, racks = (np.asarray(values, dtype=np.uint32).tobytes() for values in (spec.table, spec.racks))
+            self._core.register(spec.job, words, spec.window, ring, spec.lane_bits, spec.index_bits, workers, switch, table, group,
+                                racks, leaves)  # fmt: skip
             self._jobs[spec.job] = (spec, owner, ring)
         return {"job": spec.job, "ring": ring}
 
@@ -105,3 +107,8 @@ class NativeParameterServer(NativeNode):
     def waiting(self) -> Waiting:
         job, seq, is_max, held = np.frombuffer(self._core.waiting(), dtype=np.uint32).reshape(4, -1).astype(np.uint64)
         return waiting_of(np.stack([job, seq | is_max << np.uint64(32), held]))
+
+
+def _peers(endpoints: Sequence[Endpoint]) -> bytes:
+    """Addresses as the C core takes them: (IPv4, port) pairs of uint32."""
+    return np.array([peer_of(e.addr) for e in endpoints], dtype=np.uint32).reshape(-1, 2).tobytes()

@@ -70,6 +70,7 @@ class PSServer(Service):
             spec,
             workers=tuple(_resolve(w, f"workers[{rank}]") for rank, w in enumerate(spec.workers)),
             switch=None if spec.switch is None else _resolve(spec.switch, "switch"),
+            leaves=tuple(_resolve(leaf, f"leaves[{rack}]") for rack, leaf in enumerate(spec.leaves)),
         )
         with self._lock:
             return self.core.register(resolved)
