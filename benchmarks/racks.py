@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.time_to_accuracy import write_docs
+from benchmarks.publish import write_docs
 from ina.testbed import spec
 
 VARIANTS = {"two_level": {"transport": "switch", "levels": 2}, "one_switch": {"transport": "switch", "levels": 1},

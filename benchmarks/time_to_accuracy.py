@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks.esa_study import run_testbed
+from benchmarks.publish import write_docs
 from ina.testbed import spec
 
-BEGIN, END = "<!-- tables: begin -->", "<!-- tables: end -->"
 
 
 def run_file(workload: str, bw: float, out: Path) -> Path:
@@ -126,16 +126,6 @@ def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def write_docs(docs: Path, lines: list[str]) -> None:
-    """Replace what stands between the markers of `docs` with `lines`."""
-    text = docs.read_text()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    if not rest or END not in rest:
-        raise SystemExit(f"{docs}: no {BEGIN} ... {END} markers to put the tables between")
-    docs.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail)
 
 
 def tabulate(out: Path, workloads: list[str], plots: Path) -> list[str]:
