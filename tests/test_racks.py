@@ -2,8 +2,6 @@
 the leaves send their sums to the spine, and every rank receives exactly the collective's sums. Loopback, a
 PS, a spine and one leaf a rack (`ina.launch.LocalRacks`)."""
 
-import time
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -148,7 +146,7 @@ def test_nodes_leaders_aggregate_over_racks_as_the_flat_collective():
 def _train_while_the_spine_dies_and_comes_back(rank: int, workers: int, racks: list[list[int]], state_file: str) -> dict:
     """The same training over the collective, then over racks whose spine rank 0 stops at step 6 and starts again
     from its state file at step 12 (rank 0 serves the racks)."""
-    from conftest import loss_on, mlp, regression_problem, shard
+    from conftest import mlp, regression_problem, train
     from torch.nn.parallel import DistributedDataParallel
 
     from ina import THCState, thc_hook
@@ -166,18 +164,13 @@ def _train_while_the_spine_dies_and_comes_back(rank: int, workers: int, racks: l
         state = THCState(start_iter=1, error_feedback=False, transport=transport)
         ddp = DistributedDataParallel(model)
         ddp.register_comm_hook(state, thc_hook)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        for step in range(30):
-            if name == "racks" and local is not None and step == 6:
-                local.stop_spine()
-            if name == "racks" and local is not None and step == 12:
-                local.start_spine()
-            batch = shard(step, rank, workers)
-            optimizer.zero_grad()
-            loss_on(ddp, x[batch], y[batch]).backward()
-            optimizer.step()
-            if name == "racks" and step >= 12:
-                time.sleep(0.1)  # time for the fail-back to come due
+        if name == "collective":
+            train(ddp, (x, y), range(30))
+        else:  # rank 0 stops the spine before step 6 and starts it before step 12; then time for the fail-back to come due
+            for steps, change in ((range(6), "stop_spine"), (range(6, 12), "start_spine"), (range(12, 30), None)):
+                train(ddp, (x, y), steps, pause=0.1 if change is None else 0.0)
+                if change and local is not None:
+                    getattr(local, change)()
         final[name] = [p.detach().clone() for p in model.parameters()]
         if name == "racks":
             counters = dict(state.transport.counters, path=state.transport.path)
