@@ -235,7 +235,7 @@ def test_a_derived_job_id_moves_to_the_first_id_free_at_both_aggregators(local):
         assert jobs == [65535, 0, 1]  # the second holds 0 at the PS only, which the third avoids too
     finally:
         for job_id, with_switch in zip(jobs, (True, False, True)):
-            deregister(ps, switch if with_switch else None, job_id)
+            deregister([ps, switch] if with_switch else [ps], job_id)
 
 
 @pytest.mark.parametrize("role", ["switch", "ps"])
