@@ -12,7 +12,8 @@ from bmv2_support import HOST, SWITCH_MAC, by_destination, collect, frame, inter
 from switch_support import Rig, job_spec, ps_addr, worker_addr
 from test_switch_racks import JOB, LEAVES, POOL, RACKS, SPINE_ADDR, WORDS, leaf_spec, spine_result, spine_spec, sum_up
 
-from ina.control import JobSpec
+from ina.control import Endpoint, JobSpec
+from ina.control.jobs import Uplink
 from ina.net.node import Datagram
 from ina.protocol import INA_PORT, Flag, Header, Kind, parse
 from ina.switch import SwitchConfig
@@ -177,3 +178,39 @@ def test_a_leaf_gives_the_job_the_slots_its_spine_chose(replay, policy, spec):
     assert (answer["slot_base"], answer["span"]) == (spec["slot_base"], spec["span"])
     rig = pair.rig
     pair.send(rig.data(JOB, 0, 5), rig.data(JOB, 1, 5))
+
+
+@pytest.mark.parametrize("level", ["leaf", "spine"])
+def test_two_levels_chained_with_bmv2_at_one_give_the_flat_sum(replay, level):
+    """Three leaves and a spine, every packet handed on, BMv2 as rack 1's leaf or as the spine and the software
+    switch at the others: each worker gets the sum of all seven workers once."""
+    sizes = (2, 3, 2)
+    bmv2 = replay()
+    spine = bmv2 if level == "spine" else Rig(pool=POOL, words=WORDS)
+    spine.register(spine_spec())
+    base = (bmv2.rig if spine is bmv2 else spine).bases[JOB]
+    workers = [[(HOST, 9000 + 10 * rack + r) for r in range(size)] for rack, size in enumerate(sizes)]
+    leaves = [bmv2 if level == "leaf" and rack == 1 else Rig(pool=POOL, words=WORDS) for rack in range(RACKS)]
+    for rack, leaf in enumerate(leaves):
+        leaf.register(JobSpec(JOB, tuple(Endpoint(*w) for w in workers[rack]), 4, ps=Endpoint(*ps_addr(JOB)),
+                              uplink=Uplink(*SPINE_ADDR, rack, RACKS, base, POOL, POOL)))  # fmt: skip
+    rng = np.random.default_rng(0)
+    values = {(rack, r): rng.integers(0, 30, WORDS).tolist() for rack, size in enumerate(sizes) for r in range(size)}
+    up = []
+    for (rack, r), v in values.items():
+        data = Header(Kind.DATA, job=JOB, seq=9, rank=r, slot=(base + 9) % POOL, lane_bits=8, bitmap=1 << r).pack(np.array(v, np.uint32))
+        up += [Datagram(out, LEAVES[rack]) for _, out in sent(leaves[rack], Datagram(data, workers[rack][r]))]
+    results = sent(spine, *up)
+    flat = np.sum(list(values.values()), axis=0).tolist()
+    assert [addr for addr, _ in results] == [*LEAVES, ps_addr(JOB)]
+    assert {data for _, data in results} == {spine_result(bmv2.rig, 9, flat)}
+    down = [out for rack, leaf in enumerate(leaves) for out in sent(leaf, Datagram(results[rack][1], SPINE_ADDR))]
+    assert sorted(addr for addr, _ in down) == sorted(w for rack in workers for w in rack)
+    assert all(parse(data, WORDS)[1].tolist() == flat for _, data in down)
+
+
+def sent(switch: Replay | Rig, *datagrams: Datagram) -> list[tuple[tuple[str, int], bytes]]:
+    """What a switch of the chain sends: BMv2 (checked against the reference), or the software switch."""
+    if isinstance(switch, Replay):
+        return switch.send(*datagrams)
+    return [(out.addr, out.data) for out in switch.send(*datagrams)]
