@@ -22,6 +22,11 @@ control Count(in ina_meta_t meta, in bit<1> arrived) {
         if (meta.event != NO_EVENT) {
             events.count(meta.event);
         }
+#ifdef INA_RACKS
+        if (meta.event == EVENT_COMPLETED && meta.role == ROLE_LEAF) {
+            events.count(EVENT_SENT_UP);
+        }
+#endif
     }
 }
 

@@ -42,6 +42,12 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     NextPass() next_pass;
     WordPassStep() word_pass_step;
     WordPassOutput() word_pass_output;
+#ifdef INA_RACKS
+    Levels() levels;
+    VictimLevel() victim_level;
+    EgressQueue() up_queue;
+    Descend() descend;
+#endif
 
     /* A word pass (WORD_PASS, word_passes.p4) steps its group with the deciding pass's tables (bf-p4c
      * places a table applied in two places in neither): it takes its step from the bridge instead of
@@ -69,6 +75,9 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                 cpu_port.apply(meta);
                 validate.apply(hdr, meta);
                 job_checks.apply(hdr, meta);
+#ifdef INA_RACKS
+                levels.apply(hdr, meta);
+#endif
                 admission.apply(hdr, meta);
             }
             if (meta.outcome == NO_OUTCOME) {
@@ -83,6 +92,10 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                  * between and beside them. */
                 if (!WORD_PASS) {
                     old_queue.apply(meta.old_prio, meta.esa, meta.old_queue);
+#ifdef INA_RACKS
+                    up_queue.apply(meta.up_prio, meta.esa, meta.up_queue);
+                    victim_level.apply(meta);
+#endif
                     decide.apply(hdr, meta);
                 }
                 if (!WORD_PASS) {
@@ -93,7 +106,13 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                 } else {
                     next_pass.apply(hdr, meta);
                 }
-            } else {
+            }
+#ifdef INA_RACKS
+            else if (meta.outcome == OUTCOME_DESCENDED) {
+                descend.apply(hdr, meta);  /* a leaf's RESULT from its spine: down, past every slot (racks.p4) */
+            }
+#endif
+            else {
                 meta.drop = 1;
             }
             count.apply(meta, arrived);

@@ -8,6 +8,7 @@
  *   outputs.p4    what leaves: forwarding to the PS, PARTIALs, RESULT replication
  *   counters.p4   rx, outcomes, events; the egress (tx, replicas)
  *   forwarding.p4 Ethernet forwarding of everything else; the control plane's port
+ *   racks.p4      a racked job's leaf and spine (docs/protocol.md, section 10): v1model only
  *
  * This file maps v1model's intrinsic metadata to the shared controls' fields and back.
  * Build: `ina p4 build --words K --pool P` (ina/p4/build.py). */
@@ -19,6 +20,7 @@
 #endif
 
 #define INA_WIDE_WORDS
+#define INA_RACKS  /* racks.p4's hooks in the shared controls: the TNA program has none (docs/p4.md, "Racks") */
 #include "headers.p4"
 #include "arch_v1model.p4"
 #include "metadata.p4"
@@ -35,6 +37,7 @@
 #include "outputs.p4"
 #include "counters.p4"
 #include "forwarding.p4"
+#include "racks.p4"
 #include "identity.p4"
 
 control InaIngress(inout headers_t hdr, inout ina_meta_t meta, inout standard_metadata_t std) {

@@ -122,6 +122,9 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
         } else if (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0) {
             meta.outcome = OUTCOME_MALFORMED;
         } else if (hdr.ina.kind != KIND_DATA && hdr.ina.kind != KIND_FLUSH
+#ifdef INA_RACKS
+                   && meta.descend == 0
+#endif
                    && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {
             meta.outcome = OUTCOME_UNEXPECTED;
         } else if (meta.job_known == 0) {
@@ -132,6 +135,10 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
             meta.outcome = OUTCOME_UNREGISTERED;
         } else if (hdr.ina.kind == KIND_FLUSH && meta.from_ps_port != 0) {
             meta.outcome = OUTCOME_UNREGISTERED;
+#ifdef INA_RACKS
+        } else if (meta.descend == 1 && meta.from_up == 0) {
+            meta.outcome = OUTCOME_UNREGISTERED;
+#endif
         } else if (hdr.ina.kind != KIND_SWEEP && meta.slot_offset != meta.seq_offset[SLOT_BITS-1:0]) {
             meta.outcome = OUTCOME_BAD_SLOT;
         } else if (hdr.ina.kind != KIND_SWEEP && (hdr.ina.slot & ~POOL_MASK) != 0) {
@@ -142,6 +149,12 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
             meta.outcome = OUTCOME_BAD_FORMAT;
         } else if (hdr.ina.kind == KIND_DATA && meta.op_max == 0 && hdr.ina.lane_bits != meta.lane_bits) {
             meta.outcome = OUTCOME_BAD_FORMAT;
+#ifdef INA_RACKS
+        } else if (meta.misleveled == 1) {
+            meta.outcome = OUTCOME_BAD_FORMAT;
+        } else if (meta.descend == 1) {
+            meta.outcome = OUTCOME_DESCENDED;  /* admitted, and decided: it meets no slot (identity.p4) */
+#endif
         }
     }
 }

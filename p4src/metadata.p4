@@ -24,6 +24,9 @@ const bit<8> OUT_TO_PS = 1;      /* the packet unchanged, to its job's PS */
 const bit<8> OUT_PARTIAL = 2;    /* a PARTIAL of the slot's old contents */
 const bit<8> OUT_RESULT = 3;     /* a RESULT to every worker of the job and its PS */
 const bit<8> OUT_RECIRC = 4;     /* the next pass */
+#ifdef INA_RACKS
+const bit<8> OUT_UP = 5;         /* a leaf's completed chunk: its rack's sum to the spine (racks.p4) */
+#endif
 
 /* What the slot's value words do (0: nothing). */
 const bit<8> SLOT_NONE = 0;
@@ -57,7 +60,12 @@ const bit<32> OUTCOME_RESEND_FORWARDED = 10;
 const bit<32> OUTCOME_STRAGGLER = 11;
 const bit<32> OUTCOME_COLLISION = 12;
 const bit<32> OUTCOME_FLUSH_REQUESTS = 13;
+#ifdef INA_RACKS
+const bit<32> OUTCOME_DESCENDED = 14;  /* a leaf: its spine's RESULT, passed down to the rack (racks.p4) */
+const bit<32> OUTCOMES = 15;
+#else
 const bit<32> OUTCOMES = 14;
+#endif
 const bit<32> NO_OUTCOME = 15;   /* a pass that hands its packet's outcome to the next pass */
 
 const bit<32> EVENT_COMPLETED = 0;
@@ -65,7 +73,12 @@ const bit<32> EVENT_PREEMPTED = 1;
 const bit<32> EVENT_STALE = 2;
 const bit<32> EVENT_FLUSH_HITS = 3;
 const bit<32> EVENT_SWEPT = 4;
+#ifdef INA_RACKS
+const bit<32> EVENT_SENT_UP = 5;  /* a leaf's completed chunk went up (counted beside EVENT_COMPLETED) */
+const bit<32> EVENTS = 6;
+#else
 const bit<32> EVENTS = 5;
+#endif
 const bit<32> NO_EVENT = 7;
 
 /* The stateful ALUs' 4-bit predicate output (bf-p4c's encoding, which the v1model emulation
@@ -74,6 +87,13 @@ const bit<32> NO_EVENT = 7;
 const bit<4> PRED_LO = 4w0b0010;  /* the low comparison held (and the high one not) */
 const bit<4> PRED_HI = 4w0b0100;  /* the high comparison held (and the low one not) */
 const bit<4> PRED_BOTH = 4w0b1000;  /* both held (only key_id_copy's claim-pass swap can answer it) */
+
+#ifdef INA_RACKS
+/* How the switch serves a job (docs/protocol.md, section 10; racks.p4) */
+const bit<2> ROLE_ONLY = 0;
+const bit<2> ROLE_LEAF = 1;
+const bit<2> ROLE_SPINE = 2;
+#endif
 
 struct ina_meta_t {
     /* from the architecture (the top-level program fills these before the shared controls run) */
@@ -172,6 +192,23 @@ struct ina_meta_t {
     /* the egress queue (esa) of the packet's priority as it arrived, and of the slot's */
     bit<3>  in_queue;
     bit<3>  old_queue;
+
+#ifdef INA_RACKS
+    /* the job's role here (racks.p4) */
+    bit<2>  role;            /* ROLE_* */
+    bit<8>  rack;            /* a leaf: its rack, the rank its sums go up with */
+    bit<32> racks_full;      /* a leaf: 2^R - 1, the bitmap of the spine's RESULT */
+    bit<32> spine_ip;        /* a leaf: where its sums go up */
+    bit<16> spine_port;
+    bit<8>  level_flags;     /* FLAG_SPINE at the job's spine: its PARTIALs and RESULTs carry it */
+    bit<8>  victim_flags;    /* the same for a claim pass's victim's job */
+    bit<8>  partial_flags;   /* ... and for the PARTIAL that leaves */
+    bit<1>  descend;         /* a leaf: a RESULT of the job, to pass down */
+    bit<1>  from_up;         /* ... from the job's spine */
+    bit<1>  misleveled;      /* a DATA or RESULT of the wrong level: bad_format */
+    bit<8>  up_prio;         /* the slot's priority once this packet is in it: a leaf's sum goes up with it */
+    bit<3>  up_queue;        /* its egress queue */
+#endif
 
 #ifndef INA_CARRY_HEADER
     INA_CARRIED_FIELDS(@field_list(1))

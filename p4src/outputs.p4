@@ -33,6 +33,9 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         meta.partial_full = meta.full;
         meta.partial_lanes = meta.lane_bits;
         meta.output = OUT_PARTIAL;
+#ifdef INA_RACKS
+        meta.partial_flags = meta.level_flags;
+#endif
     }
 
     /* ... lacking the workers `missing` held, */
@@ -61,6 +64,9 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         meta.dst_ip = meta.victim_ps_ip;
         meta.dst_port = meta.victim_ps_port;
         meta.output = OUT_PARTIAL;
+#ifdef INA_RACKS
+        meta.partial_flags = meta.victim_flags;
+#endif
         meta.outcome = OUTCOME_CLAIMED;
         meta.event = event;
     }
@@ -288,10 +294,32 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.ina.rank = 0;
         hdr.ina.priority = 0;
         hdr.ina.flags = hdr.ina.flags & FLAG_MAX_BIT;
+#ifdef INA_RACKS
+        hdr.ina.flags = hdr.ina.flags | meta.level_flags;
+#endif
         hdr.ina.bitmap = meta.full;
         from_switch();
         meta.mcast_group = CARRY.group;
     }
+
+#ifdef INA_RACKS
+    /* A leaf's completed chunk instead: its rack's sum, one DATA up to the spine (docs/protocol.md,
+     * section 10), the rack its rank and bit, with the slot's priority (the slot frees itself: no
+     * worker is missing) */
+    action up() {
+        hdr.ina.kind = KIND_DATA;
+        hdr.ina.flags = (hdr.ina.flags & FLAG_MAX_BIT) | FLAG_SPINE;
+        hdr.ina.rank = meta.rack;
+        hdr.ina.priority = meta.up_prio;
+        hdr.ina.bitmap = 32w1 << meta.rack;
+        from_switch();
+        hdr.ipv4.dst = meta.spine_ip;
+        hdr.udp.dst_port = meta.spine_port;
+        meta.dst_ip = meta.spine_ip;
+        meta.queue = meta.up_queue;
+        meta.output = OUT_UP;  /* unicast: no replicas in the egress */
+    }
+#endif
 
     action to_recirc_port() {
         meta.egress_port = INA_RECIRC_PORT;
@@ -313,7 +341,15 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             } else {
                 partial_sum();
             }
+#ifdef INA_RACKS
+            hdr.ina.flags = hdr.ina.flags | meta.partial_flags;
+#endif
             routes.apply();
+#ifdef INA_RACKS
+        } else if (meta.output == OUT_RESULT && meta.role == ROLE_LEAF) {
+            up();
+            routes.apply();
+#endif
         } else if (meta.output == OUT_RESULT) {
             result();
         } else if (meta.output == OUT_RECIRC) {

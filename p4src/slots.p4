@@ -200,10 +200,17 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         value = meta.prio;
     INA_END(prio)
 
+#ifdef INA_RACKS
+    INA_ACTION(bit<8>, bit<8>, prio, prio_raise)  /* v1model: answers the raised priority, which a leaf sends its sum up with (racks.p4) */
+#else
     INA_UPDATE(bit<8>, prio, prio_raise)
+#endif
         if (value < meta.prio) {
             value = meta.prio;
         }
+#ifdef INA_RACKS
+        rv = value;
+#endif
     INA_END(prio)
 
     INA_ACTION(bit<8>, bit<8>, prio, prio_read)
@@ -361,7 +368,11 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     action prio_add() {
+#ifdef INA_RACKS
+        INA_RUN(meta.up_prio, prio_raise);
+#else
         INA_DO(prio_raise);
+#endif
     }
 
     action prio_old() {
@@ -409,6 +420,9 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         if (meta.prio_gap == 0) {
             meta.prio = meta.priority_cap;
         }
+#ifdef INA_RACKS
+        meta.up_prio = meta.prio;  /* a claim's; an added contribution's is the raised one (prio_add) */
+#endif
 
         /* what a claim leaves missing: every worker but this one; a flush: none (a SWEEP compares
          * with the partial it saw) */

@@ -11,12 +11,14 @@ import socket
 import subprocess
 import time
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 
 import pytest
 
 from ina.net.impair import SLOW_CLASS, egress_rules
 from ina.p4 import toolchain
+from ina.switch import SwitchConfig
 
 _PACKET_OUTGOING = 4
 
@@ -194,3 +196,88 @@ class Host:
     def close(self) -> None:
         self.veth.close()
         self.netns.close()
+
+
+# -- one BMv2 on one veth, every host at HOST behind it: the switch tests' rig ------------------------
+
+SWITCH_MAC = "02:00:00:00:00:01"
+HOST = "127.0.0.1"
+"""The switch's address and every host's (workers, PSes, other switches), each at a port of its own."""
+
+
+@pytest.fixture(scope="module")
+def port():
+    veth = VethPair("v")
+    wire = Wire(veth.host_side)
+    yield veth, wire
+    wire.close()
+    veth.close()
+
+
+@pytest.fixture
+def switch_for(port):
+    from ina.p4.bmv2 import Bmv2Process
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.build import build
+    from ina.p4.controller import P4Switch
+    from ina.p4.entries import Route
+    from ina.p4.registers import Bmv2Thrift
+    from ina.p4.runtime import P4RuntimeClient
+
+    veth, wire = port
+    parts = []
+
+    def start(config: SwitchConfig, word_group: int = 0) -> P4Switch:
+        """BMv2 with the program for `config`, its words stepped `word_group` a pass (0: all at once)."""
+        bmv2 = Bmv2Process({1: veth.switch_side})
+        parts.append(bmv2)
+        runtime = P4RuntimeClient(bmv2.grpc_address)
+        parts.append(runtime)
+        registers = Bmv2Thrift("127.0.0.1", bmv2.thrift_port)
+        parts.append(registers)
+        program = build(config.words, config.pool, word_group=word_group)
+        return P4Switch(config, Bmv2Device(runtime, registers), HOST, SWITCH_MAC, [Route(HOST, interface_mac(veth.host_side), 1)], program)
+
+    yield start
+    for part in reversed(parts):
+        part.close()
+
+
+def settle(switch, received: int, timeout: float = 5.0) -> dict[str, int]:
+    """Wait until the switch has decided every packet it received (recirculated passes included)."""
+    from ina.p4.device import OUTCOMES, RACK_OUTCOMES
+
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = switch.counters()
+        if counts["rx_packets"] == received and sum(counts[name] for name in (*OUTCOMES, *RACK_OUTCOMES)) == received:
+            return counts
+        assert time.monotonic() < deadline, f"the switch did not decide its {received} packets: {counts}"
+        time.sleep(0.01)
+
+
+def collect(wire: Wire, count: int) -> list[dict[str, str]]:
+    """The frames the switch sends now: `count` of them, and none after a short quiet time."""
+    got = []
+    while (data := wire.receive(3.0 if len(got) < count else 0.05)) is not None:
+        udp = udp_of(data)
+        if udp is not None:
+            got.append({"dst": "%s:%d" % udp.dst, "hex": udp.payload.hex()})
+    return got
+
+
+def by_destination(packets: list[dict[str, str]]) -> dict[str, list[str]]:
+    grouped = defaultdict(list)
+    for packet in packets:
+        grouped[packet["dst"]].append(packet["hex"])
+    return dict(grouped)
+
+
+def logical(slots: list[dict]) -> list[dict]:
+    """What a slot means: its redirect, and its partial (key, priority, bitmap, sums) if it holds one.
+    (A free slot's old sums are left in the registers by both switches, differently.)"""
+    meaning = []
+    for slot in slots:
+        partial = ("key", "prio", "bitmap", "value") if slot["key"] else ()
+        meaning.append({name: slot[name] for name in ("slot", "redirect", *partial)})
+    return meaning

@@ -167,7 +167,7 @@ def sums(options: dict) -> dict:
     for job in jobs:
         for engine in job.engines:
             engine.close()
-        deregister(ps, switch, job.id)
+        deregister([ps, switch], job.id)
     return {"failures": failures, "checked": sum(len(f) for f in submitted.values()), "counters": counters}
 
 

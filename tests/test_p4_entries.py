@@ -132,3 +132,43 @@ def test_without_result_copies_a_jobs_result_group_holds_its_workers_alone():
     workers = len(entry.spec.workers)
     assert copied.replicas[:workers] == alone.replicas and len(alone.replicas) == workers
     assert copied.replicas[workers] == (3, workers)  # the PS's port (10.0.0.3), replica n
+
+
+@needs_p4c
+def test_bmv2_is_given_a_racked_jobs_level_and_tofino_refuses_it(tmp_path):
+    """A leaf's rack and spine, and its group of the workers alone (it passes the spine's RESULT down); a spine's
+    flag for its PARTIALs, its victims' too (p4src/racks.p4). The TNA program serves no racked role."""
+    from ina.control.jobs import Uplink
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.build import build
+    from ina.p4.controller import P4Switch
+    from ina.p4.entries import ip_number
+    from ina.p4.tofino_device import TofinoDevice
+
+    config = SwitchConfig(pool=POOL, words=WORDS)
+    runtime = RecordingRuntime()
+    bmv2 = P4Switch(config, Bmv2Device(runtime, ZeroRegisters()), SWITCH_IP, SWITCH_MAC, ROUTES, build(WORDS, POOL))
+    workers, ps = (Endpoint("10.0.0.1", 10040), Endpoint("10.0.0.2", 10041)), Endpoint("10.0.0.3", 20004)
+    leaf = JobSpec(4, workers, 2, ps=ps, uplink=Uplink("10.0.0.3", 47100, rack=1, racks=3, slot_base=2, span=POOL, pool=POOL))
+    spine = JobSpec(5, (Endpoint("10.0.0.1", 47100), Endpoint("10.0.0.2", 47100)), 2, ps=ps, level="spine")
+    assert bmv2.register(leaf)["slot_base"] == 2
+    bmv2.register(spine)
+    levels = [entry for entry in runtime.log if entry[1] in ("ina_levels", "ina_victim_levels")]
+    assert levels == [
+        ("insert", "ina_levels", (("job", 4),), "ina_leaf", (("rack", 1), ("racks_full", 0b111), ("spine_ip", ip_number("10.0.0.3")), ("spine_port", 47100))),
+        ("insert", "ina_levels", (("job", 5),), "ina_spine", ()),
+        ("insert", "ina_victim_levels", (("job", 5),), "ina_victim_spine", ()),
+    ]  # fmt: skip
+    groups = [entry for entry in runtime.log if entry[1] == "group"]
+    assert [len(group[3]) for group in groups[1:]] == [2, 3]  # the leaf's workers; the spine's leaves and its PS
+    bmv2.deregister(4)
+    assert ("delete", "ina_levels", (("job", 4),), "ina_leaf", (("rack", 1), ("racks_full", 0b111), ("spine_ip", ip_number("10.0.0.3")),
+                                                                 ("spine_port", 47100))) in runtime.log  # fmt: skip
+
+    gc = fake_gc([])
+    tofino_device = TofinoDevice(gc.client, gc, "cpu0", cpu_port=Bmv2Device.cpu_port)
+    tofino = P4Switch(config, tofino_device, SWITCH_IP, SWITCH_MAC, ROUTES, tofino_build(WORDS, POOL, tmp_path))
+    for spec in (leaf, spine):
+        with pytest.raises(ValueError, match=r"the tofino program serves a job as its only switch.*docs/p4.md, \"Racks\""):
+            tofino.register(spec)
+    assert tofino.jobs() == []

@@ -35,6 +35,10 @@ DEFAULT_WORDS = 64
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
+RACKED_TARGETS = ("bmv2",)
+"""The targets whose program serves a racked job as its leaf or its spine (docs/protocol.md, section 10):
+p4src/racks.p4, compiled for v1model only, since the TNA program's p4testgen cases cannot be made anew here
+(docs/p4.md, "Racks")."""
 
 
 class BuildError(RuntimeError):

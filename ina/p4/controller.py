@@ -17,17 +17,17 @@ import numpy as np
 from ina.control import JobSpec
 from ina.control.watch import Waiting
 from ina.p4 import entries
-from ina.p4.build import Build, build
-from ina.p4.device import CLEARED_ON_REMOVAL, DELETE, EVENTS, INSERT, MODIFY, OUTCOMES, Device
+from ina.p4.build import RACKED_TARGETS, Build, build
+from ina.p4.device import CLEARED_ON_REMOVAL, DELETE, EVENTS, INSERT, MODIFY, OUTCOMES, RACK_EVENTS, RACK_OUTCOMES, Device
 from ina.p4.entries import KEY_MAX, Route
 from ina.protocol import INA_PORT, Flag, Header, Kind
 from ina.switch.config import SwitchConfig
 from ina.switch.core import COUNTERS
 from ina.switch.state import Jobs
 
-UNCOUNTED = ("releases", "release_hits", "sent_up", "descended")
-"""atp's counters and a leaf's (docs/protocol.md, section 10), which a P4 program (running esa, fcfs or static, as a
-job's only switch) never counts: always 0 here."""
+UNCOUNTED = ("releases", "release_hits")
+"""atp's counters, which a P4 program (running esa, fcfs or static) never counts: always 0 here; a leaf's (sent_up,
+descended) too where the program serves no racked job (ina.p4.build.RACKED_TARGETS)."""
 
 
 def _key(key_id: int, seq: int) -> dict[str, Any]:
@@ -52,6 +52,8 @@ class P4Switch:
         self._groups: dict[int, int] = {}
         self._seen: dict[int, tuple[tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
+        self.racked = device.target in RACKED_TARGETS
+        self._counted = (OUTCOMES + RACK_OUTCOMES, EVENTS + RACK_EVENTS) if self.racked else (OUTCOMES, EVENTS)
         device.load(program or build(config.words, config.pool, device.target))
         forwarding, flood = entries.forwarding(self.routes.values())
         device.write(MODIFY, [entries.identity(ip, mac, config.policy)])
@@ -66,16 +68,17 @@ class P4Switch:
         return self.settings.to_json() | target
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
-        if spec.level or spec.uplink:
-            raise ValueError(f"job {spec.job}: the P4 programs serve a job as its only switch; a racked job's leaves and "
-                             "spine (docs/protocol.md, section 10) run on the software switch (ina switch --target software)")  # fmt: skip
+        if (spec.level or spec.uplink) and not self.racked:
+            raise ValueError(f"job {spec.job}: the {self.device.target} program serves a job as its only switch; a racked job's "
+                             "leaves and spine (docs/protocol.md, section 10) run on BMv2 (ina switch --target bmv2) or the "
+                             "software switch (--target software); docs/p4.md, \"Racks\", says what Tofino would take")  # fmt: skip
         with self._lock:
             entry = self.table.add(spec)
             try:
-                unrouted = sorted({e.host for e in (*spec.workers, spec.ps) if e is not None and e.host not in self.routes})
+                unrouted = sorted({e.host for e in (*spec.workers, spec.ps, spec.uplink) if e is not None and e.host not in self.routes})
                 if unrouted:
                     raise ValueError(f"job {spec.job}: the switch has no route to {', '.join(unrouted)}; start it with "
-                                     "--route IP=MAC@PORT for every worker and PS host")  # fmt: skip
+                                     "--route IP=MAC@PORT for every worker, PS and spine host")  # fmt: skip
                 group = min(set(range(entries.FLOOD_GROUP + 1, entries.FLOOD_GROUP + 2 + len(self._groups))) - set(self._groups.values()))
                 job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes, self.settings.result_copies)
                 self.device.write(INSERT, [*job_entries, job_group])
@@ -104,9 +107,10 @@ class P4Switch:
     def counters(self) -> dict[str, int]:
         with self._lock:
             read = self.device.counter
-            counts = dict.fromkeys(UNCOUNTED, 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
-            counts |= {name: read("outcomes", i) for i, name in enumerate(OUTCOMES)}
-            counts |= {name: read("events", i) for i, name in enumerate(EVENTS)}
+            outcomes, events = self._counted
+            counts = dict.fromkeys((*UNCOUNTED, *RACK_OUTCOMES, *RACK_EVENTS), 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
+            counts |= {name: read("outcomes", i) for i, name in enumerate(outcomes)}
+            counts |= {name: read("events", i) for i, name in enumerate(events)}
         return {name: counts[name] for name in COUNTERS}
 
     def waiting(self) -> Waiting:

@@ -28,6 +28,8 @@ OUTCOMES = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format",
 """p4src/metadata.p4's OUTCOME_* indices, in order."""
 EVENTS = ("completed", "preempted", "stale", "flush_hits", "swept")
 """p4src/metadata.p4's EVENT_* indices, in order."""
+RACK_OUTCOMES, RACK_EVENTS = ("descended",), ("sent_up",)
+"""The indices after those in a program that serves racked roles (p4src/racks.p4; ina.p4.build.RACKED_TARGETS)."""
 
 
 class Device(Protocol):

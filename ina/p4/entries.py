@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from ina.control import JobSpec
 from ina.switch.state import JobEntry
 
 FLOOD_GROUP = 1
@@ -97,8 +98,9 @@ def forwarding(routes: Iterable[Route]) -> tuple[list[TableEntry], Group]:
 
 
 def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route], copies: bool = True) -> tuple[list[TableEntry], Group]:
-    """A registered job as the table granted it: its job, worker, victim and replica entries, and
-    the multicast group of its RESULTs (replica `rank` is that worker, replica n the PS where `copies`)."""
+    """A registered job as the table granted it: its job, worker, victim, level and replica entries, and
+    the multicast group of its RESULTs (replica `rank` is that worker, replica n the PS where `copies`; a
+    leaf's group, which passes its spine's RESULT down, has the workers alone)."""
     spec, ps = entry.spec, entry.spec.ps
     assert ps is not None
     settings = {"full": spec.full_bitmap, "fanin": spec.fanin, "neg_slot_base": -entry.slot_base % pool,
@@ -110,7 +112,21 @@ def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route], cop
                 for rank, w in enumerate(spec.workers)]  # fmt: skip
     entries.append(TableEntry("ina_victims", {"job": spec.job}, "ina_victim", {
         "full": spec.full_bitmap, "lane_bits": spec.lane_bits, "ps_ip": ip_number(ps.host), "ps_port": ps.port}))  # fmt: skip
-    members = [*spec.workers, ps] if copies else list(spec.workers)
+    entries += levels(spec)
+    members = [*spec.workers, ps] if copies and spec.uplink is None else list(spec.workers)
     entries += [TableEntry("ina_replicas", {"group": group, "replica": rid}, "ina_replica", {
         "ip": ip_number(e.host), "port": e.port, "mac": mac_number(routes[e.host].mac)}) for rid, e in enumerate(members)]  # fmt: skip
     return entries, Group(group, tuple((routes[e.host].port, rid) for rid, e in enumerate(members)))
+
+
+def levels(spec: JobSpec) -> list[TableEntry]:
+    """A racked job's role (docs/protocol.md, section 10; p4src/racks.p4, BMv2 only): at a leaf its rack and
+    spine; at its spine the SPINE flag of its PARTIALs and RESULTs, the PARTIAL's too when another job's
+    claim evicts its partial. None for a job of one switch."""
+    up = spec.uplink
+    if up is not None:
+        return [TableEntry("ina_levels", {"job": spec.job}, "ina_leaf", {
+            "rack": up.rack, "racks_full": (1 << up.racks) - 1, "spine_ip": ip_number(up.host), "spine_port": up.port})]  # fmt: skip
+    if spec.level == "spine":
+        return [TableEntry("ina_levels", {"job": spec.job}, "ina_spine"), TableEntry("ina_victim_levels", {"job": spec.job}, "ina_victim_spine")]
+    return []
