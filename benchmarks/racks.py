@@ -121,5 +121,6 @@ def main() -> None:
     publish([describe(run, (out / "load.txt").read_text().strip()), "", *table(json.loads((out / "run" / "results.json").read_text()))],
             out, args.docs)
 
+
 if __name__ == "__main__":
     main()
