@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks import time_to_accuracy
+from benchmarks import publish, time_to_accuracy
 from ina.demo_training import batches_of
 from ina.testbed import spec
 from ina.testbed.results import time_to_target
@@ -94,6 +94,6 @@ def test_the_table_gives_each_methods_mean_time_to_target_over_fp32s_and_says_wh
 
 def test_the_tables_replace_what_stands_between_the_docs_markers(tmp_path):
     docs = tmp_path / "doc.md"
-    docs.write_text(f"intro\n{time_to_accuracy.BEGIN}\nold\n{time_to_accuracy.END}\nafter\n")
-    time_to_accuracy.write_docs(docs, ["new", "table"])
-    assert docs.read_text() == f"intro\n{time_to_accuracy.BEGIN}\nnew\ntable\n{time_to_accuracy.END}\nafter\n"
+    docs.write_text(f"intro\n{publish.BEGIN}\nold\n{publish.END}\nafter\n")
+    publish.write_docs(docs, ["new", "table"])
+    assert docs.read_text() == f"intro\n{publish.BEGIN}\nnew\ntable\n{publish.END}\nafter\n"
