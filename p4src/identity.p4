@@ -3,19 +3,41 @@
 #ifndef INA_IDENTITY_P4
 #define INA_IDENTITY_P4
 
-/* The switch's own address, and the policy (1 = esa, 0 = atp), set by the control plane. */
+/* The switch's own address and its settings, set by the control plane: the policy (esa: preemption; on v1model
+ * also hold: atp's held results) and on v1model the egress queues (by priority, or one FIFO a port). The
+ * settings only v1model has come before esa, with their defaults (no hold, queues by priority). */
+#ifdef INA_HOLD
+#define HOLD_SETTING bit<1> hold,
+#define HOLD_DEFAULT 0,
+#else
+#define HOLD_SETTING
+#define HOLD_DEFAULT
+#endif
+#ifdef INA_QUEUES
+#define QUEUES_SETTING bit<1> priority_queues,
+#define QUEUES_DEFAULT 1,
+#else
+#define QUEUES_SETTING
+#define QUEUES_DEFAULT
+#endif
 control Identity(inout ina_meta_t meta) {
     @name(".ina_identity")
-    action identity(bit<32> ip, bit<48> mac, bit<1> esa) {
+    action identity(bit<32> ip, bit<48> mac, HOLD_SETTING QUEUES_SETTING bit<1> esa) {
         meta.switch_ip = ip;
         meta.switch_mac = mac;
         meta.esa = esa;
+#ifdef INA_HOLD
+        meta.held_missing = hold == 1 ? HELD : 0;
+#endif
+#ifdef INA_QUEUES
+        meta.priority_queues = priority_queues;
+#endif
     }
 
     @name(".ina_switch")
     table switch_identity {
         actions = { identity; }
-        default_action = identity(0, 0, 1);
+        default_action = identity(0, 0, HOLD_DEFAULT QUEUES_DEFAULT 1);
         size = 1;
     }
 
@@ -46,7 +68,6 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     Levels() levels;
     VictimLevel() victim_level;
     EgressQueue() up_queue;
-    Descend() descend;
 #endif
 
     /* A word pass (WORD_PASS, word_passes.p4) steps its group with the deciding pass's tables (bf-p4c
@@ -82,7 +103,7 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             }
             if (meta.outcome == NO_OUTCOME) {
                 if (!WORD_PASS) {
-                    in_queue.apply(hdr.ina.priority, meta.esa, meta.in_queue);
+                    in_queue.apply(hdr.ina.priority, QUEUES_BY_PRIORITY, meta.in_queue);
                     slots.apply(hdr, meta);
                     choose.apply(hdr, meta);
                 }
@@ -91,9 +112,9 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                  * branch's tables before anything after the branch, and the words go in stages
                  * between and beside them. */
                 if (!WORD_PASS) {
-                    old_queue.apply(meta.old_prio, meta.esa, meta.old_queue);
+                    old_queue.apply(meta.old_prio, QUEUES_BY_PRIORITY, meta.old_queue);
 #ifdef INA_RACKS
-                    up_queue.apply(meta.up_prio, meta.esa, meta.up_queue);
+                    up_queue.apply(meta.up_prio, QUEUES_BY_PRIORITY, meta.up_queue);
                     victim_level.apply(meta);
 #endif
                     decide.apply(hdr, meta);
@@ -106,13 +127,7 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                 } else {
                     next_pass.apply(hdr, meta);
                 }
-            }
-#ifdef INA_RACKS
-            else if (meta.outcome == OUTCOME_DESCENDED) {
-                descend.apply(hdr, meta);  /* a leaf's RESULT from its spine: down, past every slot (racks.p4) */
-            }
-#endif
-            else {
+            } else {
                 meta.drop = 1;
             }
             count.apply(meta, arrived);

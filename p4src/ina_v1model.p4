@@ -3,7 +3,7 @@
  *
  *   validate.p4   malformed and unexpected packets
  *   jobs.p4       the job table: unregistered, bad_slot, bad_format
- *   slots.p4      the slot decision: redirect, key, missing bitmap, priority; esa or atp
+ *   slots.p4      the slot decision: redirect, key, missing bitmap, priority; esa's preemption, atp's hold
  *   values.p4     the value words
  *   outputs.p4    what leaves: forwarding to the PS, PARTIALs, RESULT replication
  *   counters.p4   rx, outcomes, events; the egress (tx, replicas)
@@ -21,6 +21,8 @@
 
 #define INA_WIDE_WORDS
 #define INA_RACKS  /* racks.p4's hooks in the shared controls: the TNA program has none (docs/p4.md, "Racks") */
+#define INA_HOLD   /* atp's held results (metadata.p4): the TNA program has none (docs/p4.md, "atp") */
+#define INA_QUEUES /* the egress queues a setting of their own, where TNA's follow esa (docs/p4.md, "Egress queues") */
 #include "headers.p4"
 #include "arch_v1model.p4"
 #include "metadata.p4"

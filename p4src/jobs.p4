@@ -109,6 +109,15 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
  * that a Tofino stage tests them all after the tables of both. */
 control Admission(inout headers_t hdr, inout ina_meta_t meta) {
     apply {
+#ifdef INA_HOLD
+        /* atp takes a RESULT from the job's PS, flagged HOLD and every worker's: its return of a held result
+         * (a leaf's RESULTs are its spine's, racks.p4); both are passed on to the workers (slots.p4) */
+        bit<1> release = 0;
+        if (hdr.ina.kind == KIND_RESULT && meta.descend == 0 && meta.held_missing != 0) {
+            release = 1;
+        }
+        meta.passing_on = release | meta.descend;
+#endif
         if (meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1) {
             meta.outcome = OUTCOME_MALFORMED;
         } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION) {
@@ -125,6 +134,9 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
 #ifdef INA_RACKS
                    && meta.descend == 0
 #endif
+#ifdef INA_HOLD
+                   && release == 0
+#endif
                    && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {
             meta.outcome = OUTCOME_UNEXPECTED;
         } else if (meta.job_known == 0) {
@@ -137,6 +149,10 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
             meta.outcome = OUTCOME_UNREGISTERED;
 #ifdef INA_RACKS
         } else if (meta.descend == 1 && meta.from_up == 0) {
+            meta.outcome = OUTCOME_UNREGISTERED;
+#endif
+#ifdef INA_HOLD
+        } else if (release == 1 && (meta.from_ps_ip != 0 || meta.from_ps_port != 0)) {
             meta.outcome = OUTCOME_UNREGISTERED;
 #endif
         } else if (hdr.ina.kind != KIND_SWEEP && meta.slot_offset != meta.seq_offset[SLOT_BITS-1:0]) {
@@ -152,8 +168,10 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
 #ifdef INA_RACKS
         } else if (meta.misleveled == 1) {
             meta.outcome = OUTCOME_BAD_FORMAT;
-        } else if (meta.descend == 1) {
-            meta.outcome = OUTCOME_DESCENDED;  /* admitted, and decided: it meets no slot (identity.p4) */
+#endif
+#ifdef INA_HOLD
+        } else if (release == 1 && ((hdr.ina.flags & FLAG_HOLD) == 0 || hdr.ina.bitmap != meta.full)) {
+            meta.outcome = OUTCOME_BAD_FORMAT;
 #endif
         }
     }

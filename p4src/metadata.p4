@@ -27,6 +27,9 @@ const bit<8> OUT_RECIRC = 4;     /* the next pass */
 #ifdef INA_RACKS
 const bit<8> OUT_UP = 5;         /* a leaf's completed chunk: its rack's sum to the spine (racks.p4) */
 #endif
+#ifdef INA_HOLD
+const bit<8> OUT_HELD = 6;       /* atp: a completed chunk's RESULT, flagged HOLD, to its PS alone (unicast) */
+#endif
 
 /* What the slot's value words do (0: nothing). */
 const bit<8> SLOT_NONE = 0;
@@ -62,11 +65,19 @@ const bit<32> OUTCOME_COLLISION = 12;
 const bit<32> OUTCOME_FLUSH_REQUESTS = 13;
 #ifdef INA_RACKS
 const bit<32> OUTCOME_DESCENDED = 14;  /* a leaf: its spine's RESULT, passed down to the rack (racks.p4) */
+#ifdef INA_HOLD
+const bit<32> OUTCOME_RELEASES = 15;   /* atp: a held RESULT the PS returned, passed on to the workers */
+const bit<32> OUTCOMES = 16;
+const bit<32> NO_OUTCOME = 16;
+#else
 const bit<32> OUTCOMES = 15;
+#endif
 #else
 const bit<32> OUTCOMES = 14;
 #endif
+#ifndef INA_HOLD
 const bit<32> NO_OUTCOME = 15;   /* a pass that hands its packet's outcome to the next pass */
+#endif
 
 const bit<32> EVENT_COMPLETED = 0;
 const bit<32> EVENT_PREEMPTED = 1;
@@ -75,11 +86,19 @@ const bit<32> EVENT_FLUSH_HITS = 3;
 const bit<32> EVENT_SWEPT = 4;
 #ifdef INA_RACKS
 const bit<32> EVENT_SENT_UP = 5;  /* a leaf's completed chunk went up (counted beside EVENT_COMPLETED) */
+#ifdef INA_HOLD
+const bit<32> EVENT_RELEASE_HITS = 6;  /* ... a RESULT passed on found its held result in the slot, and freed it */
+const bit<32> EVENTS = 7;
+const bit<32> NO_EVENT = 8;
+#else
 const bit<32> EVENTS = 6;
+#endif
 #else
 const bit<32> EVENTS = 5;
 #endif
+#ifndef INA_HOLD
 const bit<32> NO_EVENT = 7;
+#endif
 
 /* The stateful ALUs' 4-bit predicate output (bf-p4c's encoding, which the v1model emulation
  * copies): bit (2 * cmphi + cmplo) is set. No register action's two comparisons can both hold
@@ -87,6 +106,20 @@ const bit<32> NO_EVENT = 7;
 const bit<4> PRED_LO = 4w0b0010;  /* the low comparison held (and the high one not) */
 const bit<4> PRED_HI = 4w0b0100;  /* the high comparison held (and the low one not) */
 const bit<4> PRED_BOTH = 4w0b1000;  /* both held (only key_id_copy's claim-pass swap can answer it) */
+
+#if defined(INA_HOLD) != defined(INA_RACKS)
+#error "INA_HOLD and INA_RACKS go together: a leaf passes its spine's RESULT down as atp passes on a released one"
+#endif
+#ifdef INA_HOLD
+/* atp (docs/protocol.md, section 5; v1model only): a completed chunk's slot stays held, its RESULT flagged
+ * HOLD to the PS alone, until the PS returns that RESULT (a release) or, at a leaf, the spine's RESULT passes
+ * down; either frees the slot if it still holds that result, and goes on to the workers. A held result is a
+ * `missing` of HELD: no worker's bit (the controller takes jobs of 2..31 workers under atp), so the job's
+ * packets meet a chunk every worker is in (a duplicate, a RESEND's flush, a stale partial), another job's
+ * a collision, and a PARTIAL of it carries the full bitmap. (A one-worker chunk evicting its job's held
+ * result would owe two packets, the PARTIAL and its own held RESULT, where a pass sends one.) */
+const bit<32> HELD = 0x80000000;
+#endif
 
 #ifdef INA_RACKS
 /* How the switch serves a job (docs/protocol.md, section 10; racks.p4) */
@@ -108,7 +141,7 @@ struct ina_meta_t {
     bit<1>  drop;
     bit<9>  egress_port;
     bit<16> mcast_group;
-    bit<3>  queue;           /* the egress queue (esa: by priority; else 0) */
+    bit<3>  queue;           /* the egress queue (by priority: esa on TNA, the queues setting on v1model; else 0) */
 
     bit<1>  is_ina;          /* UDP to INA_PORT */
     bit<1>  from_cpu;        /* a packet-out from the control plane (table ina_cpu_ports) */
@@ -140,6 +173,13 @@ struct ina_meta_t {
     bit<32> switch_ip;
     bit<48> switch_mac;
     bit<1>  esa;
+#ifdef INA_HOLD
+    bit<32> held_missing;    /* what `missing` becomes as a chunk completes: HELD under atp, else 0 (free) */
+    bit<1>  passing_on;      /* a RESULT passed on to the job's workers: a release (from the PS) or a leaf's descent */
+#endif
+#ifdef INA_QUEUES
+    bit<1>  priority_queues; /* the egress queues by priority (else one FIFO a port), whatever the policy */
+#endif
 
     /* the packet as the slot sees it */
     bit<16> slot;            /* register index */
@@ -189,7 +229,7 @@ struct ina_meta_t {
     bit<32> dst_ip;
     bit<16> dst_port;
 
-    /* the egress queue (esa) of the packet's priority as it arrived, and of the slot's */
+    /* the egress queue (by priority) of the packet's priority as it arrived, and of the slot's */
     bit<3>  in_queue;
     bit<3>  old_queue;
 

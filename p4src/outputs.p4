@@ -193,6 +193,19 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         if (CARRY.pass == PASS_REDIRECT) {
             /* the collision decided on the first pass: its chunk's later packets follow it */
             send(OUT_TO_PS, OUTCOME_COLLISION, NO_EVENT);
+#ifdef INA_HOLD
+        } else if (meta.passing_on == 1) {
+            /* a RESULT passed on to the job's workers (Outputs); it found its held result if its sweep of HELD
+             * answered 0 (slots.p4), which under atp only a held result does */
+            meta.output = OUT_RESULT;
+            meta.outcome = OUTCOME_RELEASES;
+            if (meta.descend == 1) {
+                meta.outcome = OUTCOME_DESCENDED;
+            }
+            if (meta.path == PATH_SWEEP && meta.old_missing == 0 && meta.held_missing != 0) {
+                meta.event = EVENT_RELEASE_HITS;
+            }
+#endif
         } else if (meta.flushing == 1) {
             flush_outcomes.apply();
         } else if (CARRY.pass == PASS_CLAIM) {
@@ -203,9 +216,16 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
     }
 }
 
-/* ESA's egress queue of a DATA's or PARTIAL's priority (docs/protocol.md, "Egress queues"): eight
+/* The egress queue of a DATA's or PARTIAL's priority (docs/protocol.md, "Egress queues"): eight
  * levels a queue, from queue 1 up, since queue 0 holds the RESULTs and everything else nobody's
- * chunk waits behind; atp and static keep one FIFO. */
+ * chunk waits behind; 0 for all with one FIFO a port. By priority on v1model where the control plane
+ * sets the queues so (INA_QUEUES), on TNA under esa alone (its p4testgen cases are of that program,
+ * hence the parameter's name). */
+#ifdef INA_QUEUES
+#define QUEUES_BY_PRIORITY meta.priority_queues
+#else
+#define QUEUES_BY_PRIORITY meta.esa
+#endif
 control EgressQueue(in bit<8> priority, in bit<1> esa, out bit<3> queue) {
     apply {
         if (esa == 0) {
@@ -302,6 +322,32 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         meta.mcast_group = CARRY.group;
     }
 
+#ifdef INA_HOLD
+    /* atp: a completed chunk's RESULT to its PS alone, flagged HOLD, which the step waits for: queue 1 of the
+     * priority queues (docs/protocol.md, "Egress queues"); the slot stays held (slots.p4) */
+    action held_result() {
+        result();
+        hdr.ina.flags = hdr.ina.flags | FLAG_HOLD;
+        hdr.ipv4.dst = meta.dst_ip;
+        hdr.udp.dst_port = meta.dst_port;
+        meta.mcast_group = 0;
+        meta.queue = (bit<3>)QUEUES_BY_PRIORITY;
+        meta.output = OUT_HELD;  /* unicast: no replicas in the egress */
+    }
+
+    /* A RESULT passed on to every worker of the job (the group), HOLD cleared, from the switch's own address
+     * (the workers take RESULTs from their switch): the PS's return of a held result, or at a leaf its spine's
+     * RESULT (docs/protocol.md, sections 5 and 10) */
+    action pass_on() {
+        hdr.ina.flags = hdr.ina.flags & ~FLAG_HOLD;
+        hdr.ethernet.src = meta.switch_mac;
+        hdr.ipv4.src = meta.switch_ip;
+        hdr.udp.src_port = INA_PORT;
+        hdr.udp.checksum = 0;
+        meta.mcast_group = CARRY.group;
+    }
+#endif
+
 #ifdef INA_RACKS
     /* A leaf's completed chunk instead: its rack's sum, one DATA up to the spine (docs/protocol.md,
      * section 10), the rack its rank and bit, with the slot's priority (the slot frees itself: no
@@ -345,9 +391,18 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             hdr.ina.flags = hdr.ina.flags | meta.partial_flags;
 #endif
             routes.apply();
+#ifdef INA_HOLD
+        } else if (meta.passing_on == 1) {
+            pass_on();
+#endif
 #ifdef INA_RACKS
         } else if (meta.output == OUT_RESULT && meta.role == ROLE_LEAF) {
             up();
+            routes.apply();
+#endif
+#ifdef INA_HOLD
+        } else if (meta.output == OUT_RESULT && meta.held_missing != 0) {
+            held_result();
             routes.apply();
 #endif
         } else if (meta.output == OUT_RESULT) {

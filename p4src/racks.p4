@@ -1,7 +1,9 @@
 /* A racked job's leaf and spine (docs/protocol.md, section 10), on v1model only: ina_v1model.p4
  * defines INA_RACKS and includes this file; the shared controls take the hooks under INA_RACKS (the
  * checks in Admission, jobs.p4; the sum up and the SPINE flag in Outputs, outputs.p4; the slot's
- * raised priority in slots.p4; sent_up in Count, counters.p4; the descent in identity.p4). The TNA
+ * raised priority in slots.p4; sent_up in Count, counters.p4). A leaf passes its spine's RESULT down
+ * the way atp passes on the PS's return of a held result (INA_HOLD, which INA_RACKS needs: Admission,
+ * slots.p4, Decide and Outputs), which under atp frees the slot holding the leaf's sum. The TNA
  * program is left as it is, and refuses racked roles in its controller (docs/p4.md, "Racks").
  *
  * A job without an entry here is the switch's only job role. A leaf sends a completed chunk up as
@@ -85,20 +87,6 @@ control VictimLevel(inout ina_meta_t meta) {
         if (CARRY.pass == PASS_CLAIM) {
             victim_levels.apply();
         }
-    }
-}
-
-/* A leaf passes its spine's RESULT down as it came, from the leaf's own address (the workers take
- * RESULTs from their switch), to every worker of the rack: the job's group, whose replicas the egress
- * addresses (counters.p4). Nothing meets a slot: atp, which would free one here, is not a P4 policy. */
-control Descend(inout headers_t hdr, inout ina_meta_t meta) {
-    apply {
-        hdr.ethernet.src = meta.switch_mac;
-        hdr.ipv4.src = meta.switch_ip;
-        hdr.udp.src_port = INA_PORT;
-        hdr.udp.checksum = 0;
-        meta.mcast_group = CARRY.group;
-        CARRY.out_kind = OUT_RESULT;
     }
 }
 

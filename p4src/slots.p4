@@ -40,6 +40,13 @@
         meta.redirect_id_pred: ternary @name("redirect_id"); \
         meta.redirect_seq_pred: ternary @name("redirect_seq");
 
+#ifdef INA_HOLD
+/* atp: a chunk every worker is in stays held (metadata.p4); else free */
+#define HOLD_COMPLETED if (value == 0) { value = meta.held_missing; }
+#else
+#define HOLD_COMPLETED
+#endif
+
 control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     INA_REGISTER(bit<32>, redirect_id, ".ina_redirect_id")
     INA_REGISTER(bit<32>, redirect_seq, ".ina_redirect_seq")
@@ -160,6 +167,7 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         rv = value & hdr.ina.bitmap;
         if (value != 0) {
             value = value & ~hdr.ina.bitmap;
+            HOLD_COMPLETED
         }
     INA_END(missing)
 
@@ -168,6 +176,7 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         rv = INA_PREDICATE(value == 0, value == hdr.ina.bitmap);
         if (value != 0) {
             value = value & ~hdr.ina.bitmap;
+            HOLD_COMPLETED
         }
     INA_END(missing_copy)
 
@@ -409,6 +418,11 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         /* a FLUSH or SWEEP that evicts the slot leaves with its K words: the first group's made valid
          * here, where the register read fills them; the later groups' (word passes) on their own
          * passes, which the bridge tells that the frame ends before them */
+#ifdef INA_HOLD
+        if (meta.passing_on == 1) {
+            /* a RESULT passed on leaves with its own words (BMv2 zeroes a header made valid again) */
+        } else
+#endif
         if (hdr.ina.kind != KIND_DATA) {
 #include "valid_words.p4"
 #ifdef INA_WORD_PASSES
@@ -424,6 +438,18 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         meta.up_prio = meta.prio;  /* a claim's; an added contribution's is the raised one (prio_add) */
 #endif
 
+#ifdef INA_HOLD
+        if (meta.passing_on == 1) {
+            /* a RESULT passed on frees the slot as a SWEEP would, only if it holds exactly the held result
+             * (claim_bitmap below), and names no partial */
+            meta.flushing = 1;
+            meta.sweep = 1;
+            meta.rest = 0;
+        } else if (meta.sweep == 1 && meta.rest == 0) {
+            meta.rest = meta.held_missing;  /* a SWEEP of a held result (the control plane saw every worker in) */
+        }
+#endif
+
         /* what a claim leaves missing: every worker but this one; a flush: none (a SWEEP compares
          * with the partial it saw) */
         if (meta.flushing == 1 && meta.sweep == 0) {
@@ -431,8 +457,18 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         } else {
             meta.claim_bitmap = meta.rest;
         }
+#ifdef INA_HOLD
+        if (meta.passing_on == 1) {
+            meta.claim_bitmap = meta.held_missing;  /* what a RESULT passed on frees */
+        }
+#endif
 
         /* stage 1 */
+#ifdef INA_HOLD
+        if (meta.passing_on == 1) {
+            /* its chunk is complete: nothing of it is to follow to the PS */
+        } else
+#endif
         if (meta.flushing == 1 || CARRY.pass == PASS_REDIRECT) {
             INA_DO(redirect_id_key);
             INA_DO(redirect_seq_key);

@@ -13,11 +13,13 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from ina.net.impair import SLOW_CLASS, egress_rules
 from ina.p4 import toolchain
+from ina.protocol import INA_PORT
 from ina.switch import SwitchConfig
 
 _PACKET_OUTGOING = 4
@@ -203,6 +205,8 @@ class Host:
 SWITCH_MAC = "02:00:00:00:00:01"
 HOST = "127.0.0.1"
 """The switch's address and every host's (workers, PSes, other switches), each at a port of its own."""
+REPLAY_POOL, REPLAY_WORDS = 8, 4
+"""The P and K of a Replay (below)."""
 
 
 @pytest.fixture(scope="module")
@@ -245,12 +249,12 @@ def switch_for(port):
 
 def settle(switch, received: int, timeout: float = 5.0) -> dict[str, int]:
     """Wait until the switch has decided every packet it received (recirculated passes included)."""
-    from ina.p4.device import OUTCOMES, RACK_OUTCOMES
+    from ina.p4.device import HOLD_OUTCOMES, OUTCOMES, RACK_OUTCOMES
 
     deadline = time.monotonic() + timeout
     while True:
         counts = switch.counters()
-        if counts["rx_packets"] == received and sum(counts[name] for name in (*OUTCOMES, *RACK_OUTCOMES)) == received:
+        if counts["rx_packets"] == received and sum(counts[name] for name in (*OUTCOMES, *RACK_OUTCOMES, *HOLD_OUTCOMES)) == received:
             return counts
         assert time.monotonic() < deadline, f"the switch did not decide its {received} packets: {counts}"
         time.sleep(0.01)
@@ -281,3 +285,68 @@ def logical(slots: list[dict]) -> list[dict]:
         partial = ("key", "prio", "bitmap", "value") if slot["key"] else ()
         meaning.append({name: slot[name] for name in ("slot", "redirect", *partial)})
     return meaning
+
+
+# -- BMv2 beside the software switch, packet by packet: the scenario tests' rig ------------------------
+
+
+@dataclass
+class Replay:
+    """BMv2 and the software switch (the reference, `rig`: a switch_support.Rig) with the same jobs, fed the same
+    packets: after each, the same packets out (bytes and destinations), the same counters and the same slots."""
+
+    switch: Any
+    rig: Any
+    wire: Wire
+    host_mac: str
+    received: int = 0
+
+    def register(self, spec: Any) -> dict:
+        answer = self.switch.register(spec)
+        assert self.rig.register(spec) == answer["slot_base"]
+        return answer
+
+    def send(self, *datagrams: Any) -> list[tuple[tuple[str, int], bytes]]:
+        """What BMv2 sends for `datagrams`, one at a time, which must be what the reference sends."""
+        sent = []
+        for datagram in datagrams:
+            expected = self.rig.core.receive([datagram], 0.0)
+            self.wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, self.host_mac, SWITCH_MAC))
+            self.received += 1
+            settle(self.switch, self.received)
+            sent += self._compare(expected)
+        return sent
+
+    def sweep(self) -> list[tuple[tuple[str, int], bytes]]:
+        """The idle sweep once every slot has sat still for slot_timeout: the reference's, and the controller's
+        SWEEPs, which it sends for what two ticks that far apart saw unchanged."""
+        timeout = self.rig.slot_timeout
+        expected = self.rig.core.tick(timeout)
+        self.switch.tick(0.0)
+        self.switch.tick(timeout)
+        return self._compare(expected)
+
+    def _compare(self, expected: list) -> list[tuple[tuple[str, int], bytes]]:
+        got = collect(self.wire, len(expected))
+        assert by_destination(got) == by_destination([{"dst": "%s:%d" % d.addr, "hex": d.data.hex()} for d in expected])
+        assert self.switch.counters() == self.rig.core.counters()
+        core = self.rig.core
+        held = [{"slot": s} | core.slots.describe(s) for s in range(self.rig.pool) if core.slots.key[s] or core.slots.redirect[s]]
+        assert logical(self.switch.slots()) == logical(held)
+        return [(d.addr, d.data) for d in expected]
+
+
+@pytest.fixture
+def replay(port, switch_for, word_group):
+    """start(*specs, policy=...): a Replay of POOL slots of WORDS words (its module's word_group a pass) with `specs` registered."""
+    from switch_support import Rig
+
+    def start(*specs: Any, policy: str = "esa") -> Replay:
+        veth, wire = port
+        switch = switch_for(SwitchConfig(REPLAY_POOL, REPLAY_WORDS, policy), word_group)
+        pair = Replay(switch, Rig(pool=REPLAY_POOL, words=REPLAY_WORDS, policy=policy), wire, interface_mac(veth.host_side))
+        for spec in specs:
+            pair.register(spec)
+        return pair
+
+    return start

@@ -112,9 +112,13 @@ def test_both_targets_are_given_the_same_entries_for_every_registration_and_remo
     for step in (lambda s: s.register(first), lambda s: s.register(second), lambda s: s.deregister(1),
                  lambda s: s.register(third), lambda s: s.deregister(2), lambda s: s.register(first)):  # fmt: skip
         assert step(bmv2) == step(tofino)
-    written = bmv2_view(runtime.log)
-    assert written == tofino_view(bfrt_log)
-    assert written[0][:2] == ("modify", "ina_switch")
+    written, tofino_written = bmv2_view(runtime.log), tofino_view(bfrt_log)
+    assert written[1:] == tofino_written[1:]
+    # the identity first; BMv2's also says whether it holds results (atp) and its queues (Tofino's follow esa)
+    (change, table, match, action, params), tofino_identity = written[0], tofino_written[0]
+    assert (change, table) == ("modify", "ina_switch")
+    assert (change, table, match, action, tuple(p for p in params if p[0] not in ("hold", "priority_queues"))) == tofino_identity
+    assert dict(params)["hold"] == 0 and dict(params)["priority_queues"] == 1
     changes = Counter(entry[0] for entry in written)
     assert changes["delete"] > 0 and changes["insert"] > changes["delete"]
     tables = {entry[1] for entry in written}
@@ -172,3 +176,31 @@ def test_bmv2_is_given_a_racked_jobs_level_and_tofino_refuses_it(tmp_path):
         with pytest.raises(ValueError, match=r"the tofino program serves a job as its only switch.*docs/p4.md, \"Racks\""):
             tofino.register(spec)
     assert tofino.jobs() == []
+
+
+@needs_p4c
+def test_bmv2_is_given_atps_hold_and_its_queues_and_tofino_refuses_atp():
+    """BMv2's identity says whether it holds completed chunks (atp) and whether its queues go by priority, apart;
+    under atp a job's group has its workers alone (the PS gets its RESULT flagged HOLD, unicast) and 2..31 of them."""
+    from ina.p4.bmv2_device import Bmv2Device
+    from ina.p4.build import build
+    from ina.p4.controller import P4Switch
+    from ina.p4.tofino_device import TofinoDevice
+
+    runtime = RecordingRuntime()
+    bmv2 = P4Switch(SwitchConfig(pool=POOL, words=WORDS, policy="atp", queues="fifo"), Bmv2Device(runtime, ZeroRegisters()),
+                    SWITCH_IP, SWITCH_MAC, ROUTES, build(WORDS, POOL))  # fmt: skip
+    assert dict(runtime.log[0][4]) | {"ip": 0, "mac": 0} == {"ip": 0, "mac": 0, "esa": 0, "hold": 1, "priority_queues": 0}
+    first, _, one = jobs()
+    bmv2.register(first)
+    assert [len(entry[3]) for entry in runtime.log if entry[1] == "group"][1:] == [2]  # the workers, no PS
+    many = JobSpec(4, tuple(Endpoint("10.0.0.1", 10000 + r) for r in range(32)), 2, ps=Endpoint("10.0.0.3", 20004))
+    for spec, workers in ((one, 1), (many, 32)):
+        with pytest.raises(ValueError, match=rf"job {spec.job}: under atp the bmv2 program takes jobs of 2..31 workers .*got {workers}"):
+            bmv2.register(spec)
+    assert [job["job"] for job in bmv2.jobs()] == [1]
+
+    gc = fake_gc([])
+    with pytest.raises(ValueError, match=r"--policy atp: the tofino program implements esa, fcfs and static.*docs/p4.md, \"atp\""):
+        P4Switch(SwitchConfig(pool=POOL, words=WORDS, policy="atp"), TofinoDevice(gc.client, gc, "cpu0", cpu_port=Bmv2Device.cpu_port),
+                 SWITCH_IP, SWITCH_MAC, ROUTES)  # fmt: skip

@@ -4,70 +4,21 @@ those tests name and exactly the packets, counters and slots of the software swi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
-from bmv2_support import HOST, SWITCH_MAC, by_destination, collect, frame, interface_mac, logical, needs_bmv2, port, settle, switch_for  # noqa: F401 (fixtures)
+from bmv2_support import HOST, Replay, needs_bmv2, port, replay, switch_for  # noqa: F401 (fixtures)
 from switch_support import Rig, job_spec, ps_addr, worker_addr
 from test_switch_racks import JOB, LEAVES, POOL, RACKS, SPINE_ADDR, WORDS, leaf_spec, spine_result, spine_spec, sum_up
 
 from ina.control import Endpoint, JobSpec
 from ina.control.jobs import Uplink
 from ina.net.node import Datagram
-from ina.protocol import INA_PORT, Flag, Header, Kind, parse
-from ina.switch import SwitchConfig
+from ina.protocol import Flag, Header, Kind, parse
 
 pytestmark = [needs_bmv2, pytest.mark.parametrize("word_group", [0, 2], ids=["one-pass", "word-passes"])]
 
 OTHER = 7
 """A job of one switch beside the racked one, to preempt and be preempted."""
-
-
-@dataclass
-class Replay:
-    """BMv2 and the software switch (the reference) with the same jobs, fed the same packets."""
-
-    switch: object
-    rig: Rig
-    wire: object
-    host_mac: str
-    received: int = 0
-
-    def register(self, spec: JobSpec) -> dict:
-        answer = self.switch.register(spec)
-        assert self.rig.register(spec) == answer["slot_base"]
-        return answer
-
-    def send(self, *datagrams: Datagram) -> list[tuple[tuple[str, int], bytes]]:
-        """What BMv2 sends for `datagrams`, one at a time, which must be what the reference sends."""
-        sent = []
-        for datagram in datagrams:
-            expected = self.rig.core.receive([datagram], 0.0)
-            self.wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, self.host_mac, SWITCH_MAC))
-            self.received += 1
-            settle(self.switch, self.received)
-            got = collect(self.wire, len(expected))
-            assert by_destination(got) == by_destination([{"dst": "%s:%d" % d.addr, "hex": d.data.hex()} for d in expected])
-            sent += [(d.addr, d.data) for d in expected]
-        assert self.switch.counters() == self.rig.core.counters()
-        core = self.rig.core
-        held = [{"slot": s} | core.slots.describe(s) for s in range(POOL) if core.slots.key[s] or core.slots.redirect[s]]
-        assert logical(self.switch.slots()) == logical(held)
-        return sent
-
-
-@pytest.fixture
-def replay(port, switch_for, word_group):
-    def start(*specs: JobSpec, policy: str = "esa") -> Replay:
-        veth, wire = port
-        switch = switch_for(SwitchConfig(POOL, WORDS, policy), word_group)
-        pair = Replay(switch, Rig(pool=POOL, words=WORDS, policy=policy), wire, interface_mac(veth.host_side))
-        for spec in specs:
-            pair.register(spec)
-        return pair
-
-    return start
 
 
 def flags(data: bytes) -> Flag:

@@ -1,7 +1,8 @@
 """The P4 switch on BMv2 against the shared test vectors: every vector in tests/vectors/, replayed
 through real BMv2 compiled with that vector's P and K, must give exactly the reference's output
 packets (bytes and destinations, in order per destination), counters and slot state. And BMv2's own
-egress queues: strict priority under esa, one FIFO under fcfs (docs/protocol.md, "Egress queues")."""
+egress queues: strict priority as the queues setting says, whatever the policy, or one FIFO a port
+(docs/protocol.md, "Egress queues")."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from bmv2_support import HOST, SWITCH_MAC, by_destination, collect, frame, interface_mac, logical, needs_bmv2, port, settle, switch_for  # noqa: F401 (fixtures)
 from switch_support import Rig, job_spec, register_vector_jobs
 
-from ina.protocol import INA_PORT
+from ina.protocol import INA_PORT, Flag
 from ina.protocol.header import parse
 from ina.switch import SwitchConfig
 
@@ -56,30 +57,60 @@ def test_bmv2_replays_a_vector_exactly(path, word_group, port, switch_for):
     assert logical(switch.slots()) == logical(vector["slots"])
 
 
-@pytest.mark.parametrize("policy", ["esa", "fcfs"])
-def test_bmv2_serves_its_egress_queue_by_priority_under_esa_only(policy, port, switch_for):
-    """A port slowed to 10 packets/s: 30 priority-0 RESENDs, forwarded to the PS, and then a priority-63
-    one build a backlog. Under esa the priority-63 RESEND is the next to leave once it is queued, so no
-    later than the packets that had left by then (at most the port's tx count once the switch has
-    decided all 31, which BMv2 counts as they leave the queue); under fcfs it leaves last."""
-    switch = switch_for(SwitchConfig(pool=8, words=4, policy=policy))
+def _departures(switch, port, packets: list, outputs: int) -> tuple[list[bytes], int]:
+    """The ina payloads BMv2 sends for `packets`, sent back to back to a port slowed to 10 packets/s, in the order they
+    leave; and how many had left once the switch had decided them all (BMv2 counts tx as a packet leaves its queue,
+    and times each packet's departure as it is queued)."""
     _, wire = port
     host_mac = interface_mac(port[0].host_side)
+    received = switch.counters()["rx_packets"] + len(packets)
+    switch.device.thrift.set_port_rate(1, 10)
+    for datagram in packets:
+        wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, host_mac, SWITCH_MAC))
+    left = settle(switch, received, timeout=30)["tx_packets"]
+    sent = [bytes.fromhex(packet["hex"]) for packet in collect(wire, outputs)]
+    assert len(sent) == outputs and left < outputs - 1, (len(sent), left)
+    return sent, left
+
+
+@pytest.mark.parametrize("policy, queues", [("esa", "priority"), ("fcfs", "priority"), ("atp", "priority"), ("esa", "fifo")])
+def test_bmv2_serves_its_egress_queues_by_priority_as_its_queues_setting_says(policy, queues, port, switch_for):
+    """30 priority-0 RESENDs forwarded to the PS build a backlog; a priority-63 one sent last is the next to leave once
+    it is queued (no later than the packets that had left by then) with priority queues, whatever the policy, and
+    leaves last with one FIFO a port. (BMv2 runs with its eight queues either way, so that the order is the program's.)"""
+    switch = switch_for(SwitchConfig(pool=8, words=4, policy=policy, queues=queues))
     rig, spec = Rig(pool=8, words=4, policy=policy), job_spec(1, workers=2, window=8)
     assert switch.register(spec)["slot_base"] == rig.register(spec)
-    switch.device.thrift.set_port_rate(1, 10)  # BMv2 times each packet's departure as it is queued
     backlog = [rig.data(1, 0, seq, resend=True, prio=0) for seq in range(30)]
-    for datagram in [*backlog, rig.data(1, 0, 30, resend=True, prio=63)]:  # RESENDs on free slots: forwarded
-        wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, host_mac, SWITCH_MAC))
-    queued = settle(switch, 31, timeout=30)
-    assert queued["resend_forwarded"] == 31
-    left = queued["tx_packets"]  # counted on leaving the queue (BMv2's egress comes after it)
-    order = [parse(bytes.fromhex(packet["hex"]), 4)[0].priority for packet in collect(wire, 31)]
-    assert len(order) == 31 and left < 30, (order, left)
-    if policy == "esa":
+    sent, left = _departures(switch, port, [*backlog, rig.data(1, 0, 30, resend=True, prio=63)], 31)  # RESENDs on free slots: forwarded
+    order = [parse(data, 4)[0].priority for data in sent]
+    assert switch.counters()["resend_forwarded"] == 31
+    if queues == "priority":
         assert order.index(63) <= left, (order, left)
     else:
         assert order.index(63) == 30, order
+
+
+@pytest.mark.parametrize("queues", ["priority", "fifo"])
+def test_bmv2_sends_a_held_result_before_results_nobody_waits_for_with_priority_queues(queues, port, switch_for):
+    """atp: 30 RESULTs the PS returns, passed on to both workers (queue 0), build a backlog; the held RESULT of a chunk
+    completed after them, which a step waits for, takes queue 1 and passes them with priority queues (docs/protocol.md,
+    "Egress queues"), and leaves last with one FIFO a port. The chunk's slot is claimed first, at full speed: a claim
+    pass recirculates through the port's queue."""
+    switch = switch_for(SwitchConfig(pool=8, words=4, policy="atp", queues=queues))
+    rig, spec = Rig(pool=8, words=4, policy="atp"), job_spec(1, workers=2, window=8)
+    assert switch.register(spec)["slot_base"] == rig.register(spec)
+    first = rig.data(1, 0, 30)
+    port[1].send(frame(first.addr, (HOST, INA_PORT), first.data, interface_mac(port[0].host_side), SWITCH_MAC))
+    settle(switch, 1)
+    returns = [rig.returned(1, seq, [seq] * 4) for seq in range(30)]
+    sent, left = _departures(switch, port, [*returns, rig.data(1, 1, 30)], 61)
+    held = [i for i, data in enumerate(sent) if parse(data, 4)[0].flags & Flag.HOLD]
+    assert switch.counters()["releases"] == 30 and len(held) == 1
+    if queues == "priority":
+        assert held[0] <= left, (held, left)
+    else:
+        assert held[0] == 60, held
 
 
 @pytest.mark.parametrize("words, word_group", [(4, 0), (6, 2)], ids=["one-pass", "word-passes"])

@@ -39,6 +39,10 @@ RACKED_TARGETS = ("bmv2",)
 """The targets whose program serves a racked job as its leaf or its spine (docs/protocol.md, section 10):
 p4src/racks.p4, compiled for v1model only, since the TNA program's p4testgen cases cannot be made anew here
 (docs/p4.md, "Racks")."""
+HOLD_TARGETS = ("bmv2",)
+"""The targets whose program runs policy atp (a completed slot held until the PS returns its RESULT) and takes
+the egress queues as a setting of their own, not keyed on esa: p4src/'s INA_HOLD and INA_QUEUES, compiled for
+v1model only, as the racks are (docs/p4.md, "atp")."""
 
 
 class BuildError(RuntimeError):

@@ -17,17 +17,30 @@ import numpy as np
 from ina.control import JobSpec
 from ina.control.watch import Waiting
 from ina.p4 import entries
-from ina.p4.build import RACKED_TARGETS, Build, build
-from ina.p4.device import CLEARED_ON_REMOVAL, DELETE, EVENTS, INSERT, MODIFY, OUTCOMES, RACK_EVENTS, RACK_OUTCOMES, Device
+from ina.p4.build import HOLD_TARGETS, RACKED_TARGETS, Build, build
+from ina.p4.device import (CLEARED_ON_REMOVAL, DELETE, EVENTS, HOLD_EVENTS, HOLD_OUTCOMES, INSERT, MODIFY, OUTCOMES, RACK_EVENTS,
+                           RACK_OUTCOMES, Device)  # fmt: skip
 from ina.p4.entries import KEY_MAX, Route
 from ina.protocol import INA_PORT, Flag, Header, Kind
 from ina.switch.config import SwitchConfig
 from ina.switch.core import COUNTERS
 from ina.switch.state import Jobs
 
-UNCOUNTED = ("releases", "release_hits")
-"""atp's counters, which a P4 program (running esa, fcfs or static) never counts: always 0 here; a leaf's (sent_up,
-descended) too where the program serves no racked job (ina.p4.build.RACKED_TARGETS)."""
+HELD_FANIN = range(2, 32)
+"""The workers of a job under atp on a P4 target: a held result is bit 31 of the slot's `missing` bitmap (p4src/metadata.p4,
+HELD), which no worker may have; and one pass sends one packet, where a one-worker chunk evicting its job's held result
+would send two (the PARTIAL and its own held RESULT)."""
+UNCOUNTED = (*RACK_OUTCOMES, *RACK_EVENTS, *HOLD_OUTCOMES, *HOLD_EVENTS)
+"""The counters a program without racks and atp (the TNA program: ina.p4.build.RACKED_TARGETS, HOLD_TARGETS) never
+counts: always 0 there."""
+
+
+def check_policy(target: str, policy: str) -> None:
+    """ValueError where `target`'s program lacks `policy` (the TNA program runs no atp)."""
+    if policy == "atp" and target not in HOLD_TARGETS:
+        raise ValueError(f"--policy atp: the {target} program implements esa, fcfs and static; ATP's deallocation (a slot held "
+                         "until the PS returns its RESULT) runs on BMv2 (--target bmv2) and the software switch (--target "
+                         "software); docs/p4.md, \"atp\", says what Tofino would take")  # fmt: skip
 
 
 def _key(key_id: int, seq: int) -> dict[str, Any]:
@@ -53,10 +66,16 @@ class P4Switch:
         self._seen: dict[int, tuple[tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
         self.racked = device.target in RACKED_TARGETS
-        self._counted = (OUTCOMES + RACK_OUTCOMES, EVENTS + RACK_EVENTS) if self.racked else (OUTCOMES, EVENTS)
+        check_policy(device.target, config.policy)
+        holds = device.target in HOLD_TARGETS
+        self._counted = (OUTCOMES, EVENTS)
+        if self.racked:  # the v1model program counts the racks' outcomes and events after the others, then atp's (p4src/metadata.p4)
+            self._counted = (OUTCOMES + RACK_OUTCOMES + HOLD_OUTCOMES, EVENTS + RACK_EVENTS + HOLD_EVENTS)
+        # under atp the PS takes its RESULT flagged HOLD, unicast, and the group passes its return on to the workers alone
+        self._copies = config.result_copies and config.policy != "atp"
         device.load(program or build(config.words, config.pool, device.target))
         forwarding, flood = entries.forwarding(self.routes.values())
-        device.write(MODIFY, [entries.identity(ip, mac, config.policy)])
+        device.write(MODIFY, [entries.identity(ip, mac, config.policy, config.queues if holds else None)])
         device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port)])
         device.serve_queues_by_priority({route.port for route in self.routes.values()})
 
@@ -72,6 +91,10 @@ class P4Switch:
             raise ValueError(f"job {spec.job}: the {self.device.target} program serves a job as its only switch; a racked job's "
                              "leaves and spine (docs/protocol.md, section 10) run on BMv2 (ina switch --target bmv2) or the "
                              "software switch (--target software); docs/p4.md, \"Racks\", says what Tofino would take")  # fmt: skip
+        if self.settings.policy == "atp" and spec.fanin not in HELD_FANIN:
+            raise ValueError(f"job {spec.job}: under atp the {self.device.target} program takes jobs of {HELD_FANIN.start}.."
+                             f"{HELD_FANIN.stop - 1} workers (a switch's own: at a leaf its rack's, at a spine its racks), got "
+                             f"{spec.fanin}; the software switch (--target software) takes every size (docs/p4.md, \"atp\")")  # fmt: skip
         with self._lock:
             entry = self.table.add(spec)
             try:
@@ -80,7 +103,7 @@ class P4Switch:
                     raise ValueError(f"job {spec.job}: the switch has no route to {', '.join(unrouted)}; start it with "
                                      "--route IP=MAC@PORT for every worker, PS and spine host")  # fmt: skip
                 group = min(set(range(entries.FLOOD_GROUP + 1, entries.FLOOD_GROUP + 2 + len(self._groups))) - set(self._groups.values()))
-                job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes, self.settings.result_copies)
+                job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes, self._copies)
                 self.device.write(INSERT, [*job_entries, job_group])
             except BaseException:
                 self.table.remove(spec.job)
@@ -93,7 +116,7 @@ class P4Switch:
         then its multicast group."""
         with self._lock:
             entry = self.table.check_removal(job)  # registered, and the caller may remove it
-            job_entries, job_group = entries.job(entry, self.settings.pool, self._groups[job], self.routes, self.settings.result_copies)
+            job_entries, job_group = entries.job(entry, self.settings.pool, self._groups[job], self.routes, self._copies)
             self.device.write(DELETE, job_entries)
             self._forget_slots(job)
             self.device.write(DELETE, [job_group])
@@ -108,7 +131,7 @@ class P4Switch:
         with self._lock:
             read = self.device.counter
             outcomes, events = self._counted
-            counts = dict.fromkeys((*UNCOUNTED, *RACK_OUTCOMES, *RACK_EVENTS), 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
+            counts = dict.fromkeys(UNCOUNTED, 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
             counts |= {name: read("outcomes", i) for i, name in enumerate(outcomes)}
             counts |= {name: read("events", i) for i, name in enumerate(events)}
         return {name: counts[name] for name in COUNTERS}

@@ -30,6 +30,8 @@ EVENTS = ("completed", "preempted", "stale", "flush_hits", "swept")
 """p4src/metadata.p4's EVENT_* indices, in order."""
 RACK_OUTCOMES, RACK_EVENTS = ("descended",), ("sent_up",)
 """The indices after those in a program that serves racked roles (p4src/racks.p4; ina.p4.build.RACKED_TARGETS)."""
+HOLD_OUTCOMES, HOLD_EVENTS = ("releases",), ("release_hits",)
+"""... and after those, atp's (p4src/'s INA_HOLD, which comes with the racks; ina.p4.build.HOLD_TARGETS)."""
 
 
 class Device(Protocol):
