@@ -192,11 +192,11 @@ def _switch_command(run: Run, network: Network, switch: SwitchNode, policy: str,
         command += ["--latency", str(spec.latency)]
     if not spec.result_copies:
         command.append("--no-result-copies")
-    if network.bmv2:
-        command += ["--target", "bmv2", "--mac", switch.mac, "--bmv2-log", str(folder / "bmv2.log")]
-        hosts = [*network.workers, network.ps]
-        for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
-            command += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
+    if network.bmv2:  # BMv2 owns the node's ports and routes every address of the network (Network._routes)
+        log = folder / ("bmv2.log" if switch.name == "switch" else f"bmv2.{switch.name}.log")
+        command += ["--target", "bmv2", "--mac", switch.mac, "--bmv2-log", str(log)]
+        command += [f"--interface={port}@{interface}" for port, interface in enumerate(switch.ports, start=1)]
+        command += [f"--route={route.ip}={route.mac}@{route.port}" for route in switch.routes]
     return command
 
 
