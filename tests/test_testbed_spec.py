@@ -34,11 +34,19 @@ def test_defaults_and_phases():
 def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as_told():
     run = spec.parse({"topology": {"link": {"bw": 0, "loss": 1}, "ps_link": {"bw": 20}},
                       "jobs": [{"name": "a", "start": 2.5, "compute": 0.01}, {"name": "b"}]})  # fmt: skip
-    assert (run.link.bw, run.ps_host_link.bw, run.ps_host_link.loss) == (0.0, 20.0, 1.0) and run.lossy
+    assert (run.link.bw, run.ps_host_link.bw, run.ps_host_link.loss) == (0.0, 20.0, 1.0) and run.impaired
     assert (run.jobs[0].start, run.jobs[0].compute, run.jobs[1].start, run.jobs[1].compute) == (2.5, 0.01, 0.0, 0.0)
     plain = spec.parse({"jobs": [{}]})
     assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.queues == "priority"
     assert plain.switch.max_pps == 0 and spec.parse({"jobs": [{}], "switch": {"max_pps": 9000}}).switch.max_pps == 9000.0
+    assert not plain.impaired and plain.link.duplicate == 0
+
+
+def test_links_may_duplicate_packets_which_the_uplinks_take_from_every_hosts_link_unless_told():
+    run = spec.parse({"topology": {"link": {"duplicate": 1}, "racks": [[0], [1]], "uplink": {"bw": 50}}, "jobs": [{"workers": 2}]})
+    assert run.impaired and run.link.loss == 0 and (run.link.duplicate, run.uplink_link.duplicate, run.ps_host_link.duplicate) == (1.0, 1.0, 1.0)
+    quiet_uplinks = spec.parse({"topology": {"racks": [[0], [1]], "uplink": {"duplicate": 0.5}}, "jobs": [{"workers": 2}]})
+    assert quiet_uplinks.impaired and (quiet_uplinks.link.duplicate, quiet_uplinks.uplink_link.duplicate) == (0.0, 0.5)
 
 
 def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
@@ -52,7 +60,7 @@ def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
     assert [job.levels for job in run.jobs] == [2, 1]
     assert spec.job_from_json(__import__("json").dumps(__import__("dataclasses").asdict(run.jobs[1]))) == run.jobs[1]
     lossless_hosts = spec.parse({"topology": {"racks": [[0], [1]], "uplink": {"loss": 2}}, "jobs": [{"workers": 2}]})
-    assert lossless_hosts.lossy and lossless_hosts.uplink_link.loss == 2.0 and lossless_hosts.link.loss == 0
+    assert lossless_hosts.impaired and lossless_hosts.uplink_link.loss == 2.0 and lossless_hosts.link.loss == 0
     assert spec.parse({"topology": {"racks": [[0], [1]]}, "jobs": [{"workers": 2}]}).uplink_link == Link()
     flat = spec.parse({"jobs": [{"transport": "switch"}]})
     assert flat.racks == () and flat.switch_names == ("switch",) and flat.uplink is None and flat.links == (flat.link, flat.link)
@@ -104,6 +112,7 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{"compute": "fast"}]}, "jobs[0].compute: expected a number"),
         ({"jobs": [{}], "topology": {"ps_link": {"bw": -5}}}, "topology.ps_link.bw: -5.0"),
         ({"jobs": [{}], "topology": {"ps_link": {"speed": 5}}}, "topology.ps_link: unknown field(s) ['speed']"),
+        ({"jobs": [{}], "topology": {"link": {"duplicate": 60}}}, "topology.link.duplicate: 60.0: must be between 0 and 50"),
         ({"jobs": [{}], "switch": {"priority_queues": True}}, "switch.priority_queues: replaced by switch.queues"),
             ({"jobs": [{}], "switch": {"queues": "wfq"}}, "switch.queues"),
         ({"jobs": [{}], "switch": {"max_pps": -1}}, "switch.max_pps: -1.0: must be between 0"),

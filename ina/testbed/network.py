@@ -96,8 +96,8 @@ def why_not(run: Optional[Run] = None) -> Optional[str]:
             return f"{tool} is not on PATH: install Mininet's Debian package (mininet) and iproute2"
     if run is None:
         return None
-    if run.lossy and shutil.which("nft") is None:
-        return "link loss is emulated with nftables: install nftables (`apt-get install nftables`)"
+    if run.impaired and shutil.which("nft") is None:
+        return "link loss and duplication are emulated with nftables: install nftables (`apt-get install nftables`)"
     if max(link.delay for link in run.links) > 0 and not netem_available():
         return ("link delay needs the kernel's sch_netem qdisc, which this kernel lacks (`modprobe sch_netem` fails); "
                 "set the links' delay to 0")  # fmt: skip
@@ -215,7 +215,7 @@ class Network:
         else:
             self.switches = {name: self._bridged(name, node) for name, node in nodes.items()}
         self._static_arp()
-        self._loss()
+        self._impair()
         self._check_shaping()
 
     def _shaped(self, node: Any, above: Any, shape: LinkSpec, both_ports: bool = False) -> Any:
@@ -304,15 +304,17 @@ class Network:
         for node, ip, device in [(e.node, e.ip, e.interface) for e in everyone] + [(s.node, s.ip, "br0") for s in switches if not self.bmv2]:
             _ip_batch(node, [f"neigh replace {other} lladdr {mac} dev {device} nud permanent" for other, mac in addresses if other != ip])
 
-    def _loss(self) -> None:
-        """Drop each link's `loss` percent of the packets leaving each of its ends (nftables, netdev egress)."""
-        by_node: dict[tuple[Any, float], list[str]] = {}
+    def _impair(self) -> None:
+        """Drop each link's `loss` percent of the packets leaving each of its ends and send its `duplicate` percent twice
+        (nftables, netdev egress: the kernel has no netem)."""
+        by_node: dict[tuple[Any, float, float], list[str]] = {}
         for pair, shape in zip(self.links, self.shapes):
             for intf in pair:
-                if shape.loss > 0:
-                    by_node.setdefault((intf.node, shape.loss), []).append(intf.name)
-        for (node, percent), names in by_node.items():
-            _check(node, "nft", "-f", "-", input=egress_rules(f"ina_testbed{round(percent * 1000)}", names, loss=percent / 100))
+                if shape.impaired:
+                    by_node.setdefault((intf.node, shape.loss, shape.duplicate), []).append(intf.name)
+        for (node, loss, duplicate), names in by_node.items():
+            table = f"ina_testbed{round(loss * 1000)}_{round(duplicate * 1000)}"
+            _check(node, "nft", "-f", "-", input=egress_rules(table, names, loss=loss / 100, duplicate=duplicate / 100))
 
     def _check_shaping(self) -> None:
         for pair, shape in zip(self.links, self.shapes):
@@ -336,7 +338,7 @@ class Network:
         """Packets dropped by the loss rules, per interface (both ends of each link)."""
         dropped: dict[str, int] = {}
         interfaces = {chain_name(intf.name): intf.name for pair in self.links for intf in pair}
-        for node in {intf.node for pair, shape in zip(self.links, self.shapes) if shape.loss > 0 for intf in pair}:
+        for node in {intf.node for pair, shape in zip(self.links, self.shapes) if shape.impaired for intf in pair}:
             listing = _check(node, "nft", "list", "ruleset", "netdev")
             chain = None
             for line in listing.splitlines():

@@ -97,7 +97,7 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
 
 
 def _shape(link: Link) -> str:
-    return f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss"
+    return f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss" + (f", {link.duplicate:g}% duplicated" if link.duplicate else "")
 
 
 def _record(out: Path, created: dict[str, Any], processes: Processes) -> None:
@@ -127,7 +127,7 @@ class _Services:
 
     def __init__(self, run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> None:
         self.processes, self.folder, self.deadline = processes, folder, deadline
-        self.env = base_environment(run.lossy)
+        self.env = base_environment(run.impaired)
         ps = ["ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}", "--words", str(run.switch.words)]
         self.commands = {"ps": (network.ps.node, ps)}
         for name, switch in network.switches.items():  # the same pool, words and policy at every one: a racked job's leaves and spine must agree
@@ -239,7 +239,7 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
         ranks = []
         for rank, host in enumerate(job.hosts):
             endpoint = network.workers[host]
-            env = base_environment(run.lossy)
+            env = base_environment(run.impaired)
             on_host = [r for r, h in enumerate(job.hosts) if h == host]  # several ranks on a host: one multi-GPU node
             env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK=str(on_host.index(rank)),
                        LOCAL_WORLD_SIZE=str(len(on_host)), INA_NODE=f"host{host}",

@@ -43,10 +43,12 @@ class Link:
     bw: float = 100.0  # Mbit/s; 0: unshaped
     delay: float = 0.0  # ms, one way (needs the kernel's sch_netem)
     loss: float = 0.0  # percent of packets dropped, each direction
+    duplicate: float = 0.0  # percent of packets sent twice, each direction
 
     @property
-    def lossy(self) -> bool:
-        return self.loss > 0
+    def impaired(self) -> bool:
+        """Whether nftables rules drop or duplicate its packets (they need every packet a wire packet: no UDP GSO)."""
+        return self.loss > 0 or self.duplicate > 0
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ class Run:
         return (self.link, self.ps_host_link, *((self.uplink_link,) if self.racks else ()))
 
     @property
-    def lossy(self) -> bool:
-        return any(link.lossy for link in self.links)
+    def impaired(self) -> bool:
+        return any(link.impaired for link in self.links)
 
     @property
     def switch_names(self) -> tuple[str, ...]:
@@ -284,6 +286,7 @@ def _link(fields: _Fields, default: Link) -> Link:
         bw=fields.take("bw", float, default.bw, check=_between(0, 100_000)),
         delay=fields.take("delay", float, default.delay, check=_between(0, 10_000)),
         loss=fields.take("loss", float, default.loss, check=_between(0, 50)),
+        duplicate=fields.take("duplicate", float, default.duplicate, check=_between(0, 50)),
     )
     fields.done()
     return link
