@@ -2,8 +2,9 @@
 per rack, a spine, shaped uplinks between them. A racked THC job through one switch at the spine's place ends
 with the collective's parameters, bit for bit, and the uplinks' counters show each rack's workers' streams
 crossing its uplink; aggregated at two levels it ends with the same parameters while each uplink carries one
-stream up, and it survives its spine stopped and started again mid-training; the runs leave nothing behind.
-The two-level tests wait for the workers' transport to aggregate at two levels (INA_SPINE)."""
+stream up, and it survives its spine stopped and started again mid-training; through BMv2 at every leaf and the
+spine, on lossy links, it ends as the collective does; the runs leave nothing behind. The two-level tests wait for
+the workers' transport to aggregate at two levels (INA_SPINE)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ from pathlib import Path
 import pytest
 from test_testbed import _run_to_the_end, assert_nothing_left, needs_testbed
 
+from ina.testbed import spec
+from ina.testbed.network import why_not
 from ina.transport import udp_setup
 
 needs_two_levels = pytest.mark.skipif("spine" not in udp_setup.ENVIRONMENT,
                                       reason="the workers' transport does not aggregate at two levels yet (INA_SPINE)")  # fmt: skip
+
+_BMV2 = why_not(spec.parse({"switch": {"target": "bmv2"}, "jobs": [{}]}))
+needs_bmv2 = pytest.mark.skipif(_BMV2 is not None, reason=_BMV2 or "")
 
 RACKS = [[0], [1, 2]]
 """Uneven racks: one worker under leaf 0, two under leaf 1."""
@@ -101,6 +107,29 @@ def test_a_two_level_job_goes_on_while_its_spine_is_stopped_and_returns_to_it(tm
     counters = json.loads((out / "results.json").read_text())["counters"]["esa"]
     assert counters["spine.1"]["completed"] > 0 and counters["ps"]["completed"] > 0, counters  # before the stop, and meanwhile
     assert counters["spine"]["completed"] > 0 and counters["leaf1"]["sent_up"] > counters["spine"]["completed"], counters  # after
+    assert_nothing_left(out, interfaces)
+
+
+@needs_testbed
+@needs_two_levels
+@needs_bmv2
+def test_through_bmv2_at_every_leaf_and_the_spine_a_two_level_job_on_lossy_links_ends_as_the_collective(tmp_path):
+    """BMv2 is about 20x slower than the software switch: a few steps of the small MLP, 1% loss on every link."""
+    jobs = ({"name": "two_levels", "transport": "switch", "steps": 8, "warm_up": 2},
+            {"name": "collective", "transport": "collective", "steps": 8, "warm_up": 2, "phase": 1})  # fmt: skip
+    run = racked_run("bmv2", *jobs, switch={"target": "bmv2", "pool": 64, "words": 64})
+    run["topology"]["link"]["loss"] = 1
+    out, interfaces, printed = _run_to_the_end(tmp_path, run)
+    assert same_parameters(out, "esa", "two_levels", "collective")
+    for name in ("leaf0", "leaf1", "spine"):  # each its own BMv2, which forwarded the collective's TCP too
+        assert ", bmv2, pool 64" in (out / "esa" / f"{name}.log").read_text() and (out / "esa" / f"bmv2.{name}.log").exists()
+    counters = json.loads((out / "results.json").read_text())["counters"]
+    assert sum(counters["link_loss_drops"].values()) > 0, counters["link_loss_drops"]
+    leaf0, leaf1, spine = (counters["esa"][name] for name in ("leaf0", "leaf1", "spine"))
+    # Rack 1's leaf summed its two workers and each leaf sent its rack's sums up; the spine completed sums of both racks.
+    assert leaf1["aggregated"] > 0 and leaf0["sent_up"] > 0 and leaf1["sent_up"] > 0, (leaf0, leaf1)
+    assert spine["completed"] > 0 and spine["aggregated"] > 0 and spine["bad_format"] == spine["unregistered"] == 0, spine
+    assert leaf0["descended"] > 0 and leaf1["descended"] > 0, (leaf0, leaf1)  # the spine's RESULTs passed down to the workers
     assert_nothing_left(out, interfaces)
 
 

@@ -34,11 +34,19 @@ def test_defaults_and_phases():
 def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as_told():
     run = spec.parse({"topology": {"link": {"bw": 0, "loss": 1}, "ps_link": {"bw": 20}},
                       "jobs": [{"name": "a", "start": 2.5, "compute": 0.01}, {"name": "b"}]})  # fmt: skip
-    assert (run.link.bw, run.ps_host_link.bw, run.ps_host_link.loss) == (0.0, 20.0, 1.0) and run.lossy
+    assert (run.link.bw, run.ps_host_link.bw, run.ps_host_link.loss) == (0.0, 20.0, 1.0) and run.impaired
     assert (run.jobs[0].start, run.jobs[0].compute, run.jobs[1].start, run.jobs[1].compute) == (2.5, 0.01, 0.0, 0.0)
     plain = spec.parse({"jobs": [{}]})
     assert plain.ps_link is None and plain.ps_host_link == plain.link and plain.switch.queues == "priority"
     assert plain.switch.max_pps == 0 and spec.parse({"jobs": [{}], "switch": {"max_pps": 9000}}).switch.max_pps == 9000.0
+    assert not plain.impaired and plain.link.duplicate == 0
+
+
+def test_links_may_duplicate_packets_which_the_uplinks_take_from_every_hosts_link_unless_told():
+    run = spec.parse({"topology": {"link": {"duplicate": 1}, "racks": [[0], [1]], "uplink": {"bw": 50}}, "jobs": [{"workers": 2}]})
+    assert run.impaired and run.link.loss == 0 and (run.link.duplicate, run.uplink_link.duplicate, run.ps_host_link.duplicate) == (1.0, 1.0, 1.0)
+    quiet_uplinks = spec.parse({"topology": {"racks": [[0], [1]], "uplink": {"duplicate": 0.5}}, "jobs": [{"workers": 2}]})
+    assert quiet_uplinks.impaired and (quiet_uplinks.link.duplicate, quiet_uplinks.uplink_link.duplicate) == (0.0, 0.5)
 
 
 def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
@@ -52,7 +60,7 @@ def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
     assert [job.levels for job in run.jobs] == [2, 1]
     assert spec.job_from_json(__import__("json").dumps(__import__("dataclasses").asdict(run.jobs[1]))) == run.jobs[1]
     lossless_hosts = spec.parse({"topology": {"racks": [[0], [1]], "uplink": {"loss": 2}}, "jobs": [{"workers": 2}]})
-    assert lossless_hosts.lossy and lossless_hosts.uplink_link.loss == 2.0 and lossless_hosts.link.loss == 0
+    assert lossless_hosts.impaired and lossless_hosts.uplink_link.loss == 2.0 and lossless_hosts.link.loss == 0
     assert spec.parse({"topology": {"racks": [[0], [1]]}, "jobs": [{"workers": 2}]}).uplink_link == Link()
     flat = spec.parse({"jobs": [{"transport": "switch"}]})
     assert flat.racks == () and flat.switch_names == ("switch",) and flat.uplink is None and flat.links == (flat.link, flat.link)
@@ -61,13 +69,15 @@ def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
         spec.overridden(flat, levels=1)
 
 
-def test_overriding_the_target_of_a_racked_run_with_bmv2_is_refused(tmp_path, capsys):
+def test_racks_run_on_bmv2_but_a_policy_only_the_software_switch_has_is_refused_there(tmp_path, capsys):
     from ina.cli import main
 
+    racked = spec.parse({"topology": {"racks": [[0], [1]]}, "switch": {"target": "bmv2"}, "jobs": [{"workers": 2, "transport": "switch"}]})
+    assert racked.switch.target == "bmv2" and racked.racks == ((0,), (1,)) and racked.switch_names == ("leaf0", "leaf1", "spine")
     run_file = tmp_path / "run.yaml"
-    run_file.write_text("topology: {racks: [[0], [1]]}\njobs: [{workers: 2, transport: switch}]\n")
-    assert main(["testbed", str(run_file), "--target", "bmv2"]) == 2
-    assert "switch.target: bmv2 serves a network of one switch node" in capsys.readouterr().err
+    run_file.write_text("topology: {racks: [[0], [1]]}\nswitch: {policy: [esa, atp]}\njobs: [{workers: 2, transport: switch}]\n")
+    assert main(["testbed", str(run_file), "--target", "bmv2", "--check"]) == 2
+    assert "switch.policy: atp (a slot held until the PS returns its RESULT) runs on the software switch alone" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("pool, jobs, window, expected", [(16, 4, 16, 4), (16, 3, 16, 4), (16, 3, 2, 2), (64, 3, None, 16), (8, 1, None, 8)])
@@ -102,6 +112,7 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{"compute": "fast"}]}, "jobs[0].compute: expected a number"),
         ({"jobs": [{}], "topology": {"ps_link": {"bw": -5}}}, "topology.ps_link.bw: -5.0"),
         ({"jobs": [{}], "topology": {"ps_link": {"speed": 5}}}, "topology.ps_link: unknown field(s) ['speed']"),
+        ({"jobs": [{}], "topology": {"link": {"duplicate": 60}}}, "topology.link.duplicate: 60.0: must be between 0 and 50"),
         ({"jobs": [{}], "switch": {"priority_queues": True}}, "switch.priority_queues: replaced by switch.queues"),
             ({"jobs": [{}], "switch": {"queues": "wfq"}}, "switch.queues"),
         ({"jobs": [{}], "switch": {"max_pps": -1}}, "switch.max_pps: -1.0: must be between 0"),
@@ -119,7 +130,7 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{}], "topology": {"workers": 4, "racks": [[0, 1], [2, 3, 4]]}}, "topology.racks: worker host(s) [4], but topology.workers is 4"),
         ({"jobs": [{}], "topology": {"uplink": {"bw": 10}}}, "topology.uplink: only a racked topology has uplinks"),
         ({"jobs": [{}], "topology": {"racks": [[0, 1], [2, 3]], "uplink": {"mtu": 10}}}, "topology.uplink: unknown field(s) ['mtu']"),
-        ({"jobs": [{}], "topology": {"racks": [[0, 1], [2, 3]]}, "switch": {"target": "bmv2"}}, "switch.target: bmv2 serves a network of one"),
+        ({"jobs": [{}], "switch": {"target": "bmv2", "policy": "atp"}}, "switch.policy: atp (a slot held until the PS returns"),
         ({"jobs": [{"transport": "switch", "levels": 1}]}, "jobs[0].levels: only a switch job (hook thc, transport switch) of a racked run"),
         ({"jobs": [{"levels": 1}], "topology": {"racks": [[0, 1], [2, 3]]}}, "jobs[0].levels: only a switch job"),
         ({"jobs": [{"transport": "switch", "levels": 3}], "topology": {"racks": [[0, 1], [2, 3]]}}, "jobs[0].levels: 3: must be between 1 and 2"),

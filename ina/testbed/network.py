@@ -12,13 +12,17 @@ chosen by the run file:
 - ``bmv2``: BMv2 owns the ports (``ina switch --target bmv2 --interface ...``); its control API
   listens on a separate, unshaped management network (a second link from each worker host).
 
-A racked run (``topology.racks``) has a software switch node per rack, its **leaf**, and one
-**spine** at the switch's address: each worker host's link goes to its rack's leaf, each leaf has
-one uplink to the spine (shaped as ``topology.uplink`` says, each way; both of its ends are switch
-ports, with egress queues) and the PS host's link goes to the spine. Every switch node bridges all
-its ports and carries its own address, so the whole network is one L2 subnet, a tree of bridges: a
-worker reaches its leaf, the spine and the PS (whose results to workers cross the uplinks, as in a
-real rack) by address alone.
+A racked run (``topology.racks``) has a switch node per rack, its **leaf**, and one **spine** at the
+switch's address: each worker host's link goes to its rack's leaf, each leaf has one uplink to the
+spine (shaped as ``topology.uplink`` says, each way; both of its ends are switch ports, with egress
+queues) and the PS host's link goes to the spine. The data network is a tree. With the software
+switch every switch node bridges all its ports and carries its own address, so the whole network is
+one L2 subnet, a tree of bridges: a worker reaches its leaf, the spine and the PS (whose results to
+workers cross the uplinks, as in a real rack) by address alone. With BMv2 each switch node's BMv2
+owns its ports and is told, for every address of the network, the port that leads to it (a leaf:
+its rack's hosts on their ports, everything else up its uplink; the spine: the PS on its port, each
+rack's hosts and leaf down that rack's uplink); the management network joins every worker host and
+every leaf to the spine node, where the spine's control API listens.
 
 All veth pairs are created between two namespaces, never in the root namespace, and the node
 names carry a tag unique to the run, so nothing of another run or of the machine is touched.
@@ -37,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ina.net.impair import chain_name, egress_rules
@@ -50,7 +54,6 @@ DATA_NET, MANAGEMENT_NET = "10.0.0", "10.1.0"
 PS_OCTET, SWITCH_OCTET = 250, 254
 LEAF_OCTET = 201
 """Rack r's leaf is 10.0.0.(201 + r) (worker hosts are 1..200); the spine has the switch's address."""
-SWITCH_MAC = "02:00:00:00:00:fe"
 UDP_PAYLOAD = 28
 """Offset of the UDP payload from the IPv4 header (no IP options: the filters check IHL = 5)."""
 
@@ -93,8 +96,8 @@ def why_not(run: Optional[Run] = None) -> Optional[str]:
             return f"{tool} is not on PATH: install Mininet's Debian package (mininet) and iproute2"
     if run is None:
         return None
-    if run.lossy and shutil.which("nft") is None:
-        return "link loss is emulated with nftables: install nftables (`apt-get install nftables`)"
+    if run.impaired and shutil.which("nft") is None:
+        return "link loss and duplication are emulated with nftables: install nftables (`apt-get install nftables`)"
     if max(link.delay for link in run.links) > 0 and not netem_available():
         return ("link delay needs the kernel's sch_netem qdisc, which this kernel lacks (`modprobe sch_netem` fails); "
                 "set the links' delay to 0")  # fmt: skip
@@ -119,14 +122,26 @@ def netem_available() -> bool:
 
 
 @dataclass(frozen=True)
+class Route:
+    """Where a BMv2 switch node sends packets for `ip`: out of its port `port` (1, 2, ...), to the MAC `mac`."""
+
+    ip: str
+    mac: str
+    port: int
+
+
+@dataclass(frozen=True)
 class SwitchNode:
-    """Where one `ina switch` runs (`Run.switch_names`): its node, the data and control addresses it listens on, its MAC."""
+    """Where one `ina switch` runs (`Run.switch_names`): its node, the data and control addresses it listens on, its
+    MAC; with BMv2 also the interfaces it owns (BMv2 port i + 1 is `ports[i]`) and its route to every address."""
 
     name: str
     node: Any
     ip: str
     control_ip: str
     mac: str
+    ports: tuple[str, ...] = ()
+    routes: tuple[Route, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,13 +192,10 @@ class Network:
 
         workers = [host(f"w{i}", i + 1, run.link, nodes[f"leaf{run.rack_of(i)}"] if run.racks else top) for i in range(run.worker_hosts)]
         ps_node, ps_intf = host("ps", PS_OCTET, run.ps_host_link, top)
-        self.switch_ports = [b for _, b in self.links]  # BMv2 port i + 1: worker i, then the PS
-        self.uplinks = [self._shaped(nodes[f"leaf{r}"], top, run.uplink_link, both_ports=True).intf1 for r in range(len(run.racks))]
-        management = []
-        if self.bmv2:
-            for i, (node, _) in enumerate(workers):
-                link = self.net.addLink(node, top, cls=plain_link)
-                management.append((link.intf1, link.intf2))
+        leaves = [nodes[f"leaf{r}"] for r in range(len(run.racks))]
+        self.uplinks = [self._shaped(leaf, top, run.uplink_link, both_ports=True).intf1 for leaf in leaves]
+        # BMv2's control APIs: an unshaped network of its own, every worker host's and leaf's link to the top switch node
+        management = [self.net.addLink(node, top, cls=plain_link) for node in [n for n, _ in workers] + leaves] if self.bmv2 else []
         self.net.build()
         for node in self.net.hosts:
             _check(node, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
@@ -199,17 +211,11 @@ class Network:
                         for i, (node, intf) in enumerate(workers)]  # fmt: skip
         self.ps = Endpoint(ps_node, f"{DATA_NET}.{PS_OCTET}", ps_intf.name, ps_intf.MAC())
         if self.bmv2:
-            for port in self.switch_ports:
-                _check(top, "ip", "addr", "flush", "dev", port.name)
-            control_ip = f"{MANAGEMENT_NET}.{SWITCH_OCTET}"
-            _bridge(top, "mg0", [b for _, b in management], f"{control_ip}/24")
-            for endpoint, (intf, _) in zip(self.workers, management):
-                _check(endpoint.node, "ip", "addr", "add", f"{endpoint.management_ip}/24", "dev", intf.name)
-            self.switches = {"switch": SwitchNode("switch", top, f"{DATA_NET}.{SWITCH_OCTET}", control_ip, SWITCH_MAC)}
+            self.switches = self._bmv2_switches(nodes, [link.intf1 for link in management], [link.intf2 for link in management])
         else:
             self.switches = {name: self._bridged(name, node) for name, node in nodes.items()}
         self._static_arp()
-        self._loss()
+        self._impair()
         self._check_shaping()
 
     def _shaped(self, node: Any, above: Any, shape: LinkSpec, both_ports: bool = False) -> Any:
@@ -228,10 +234,62 @@ class Network:
 
     def _bridged(self, name: str, node: Any) -> SwitchNode:
         """The software switch node `name`: a bridge of all its ports, carrying the address its `ina switch` listens on."""
-        octet = LEAF_OCTET + int(name[len("leaf") :]) if name.startswith("leaf") else SWITCH_OCTET
-        ip = f"{DATA_NET}.{octet}"
+        ip = f"{DATA_NET}.{_switch_octet(name)}"
         mac = _bridge(node, "br0", [i for i in node.intfList() if i.name != "lo"], f"{ip}/24")
         return SwitchNode(name, node, ip, ip, mac)
+
+    def _bmv2_switches(self, nodes: dict[str, Any], below: list[Any], above: list[Any]) -> dict[str, SwitchNode]:
+        """BMv2 at every switch node: it owns the node's data ports, and routes each address out of the port that leads
+        to it. The control APIs listen on the management network (`below`, the hosts' and leaves' ends of its links;
+        `above`, the top node's, bridged there): the top node's on the bridge, a leaf's on its own end."""
+        top = nodes["spine" if self.run.racks else "switch"]
+        own = {intf.node: intf for intf in below}
+        for endpoint, intf in zip(self.workers, below):
+            _check(endpoint.node, "ip", "addr", "add", f"{endpoint.management_ip}/24", "dev", intf.name)
+        switches = {}
+        for name, node in nodes.items():
+            octet = _switch_octet(name)
+            control_ip = f"{MANAGEMENT_NET}.{octet}"
+            if node is top:
+                _bridge(top, "mg0", above, f"{control_ip}/24")
+            else:
+                _check(node, "ip", "addr", "add", f"{control_ip}/24", "dev", own[node].name)
+            ports = self._data_ports(node)
+            for port in ports:
+                _check(node, "ip", "addr", "flush", "dev", port.name)
+            switches[name] = SwitchNode(name, node, f"{DATA_NET}.{octet}", control_ip, f"02:00:00:00:00:{octet:02x}", tuple(p.name for p in ports))
+        addresses = {e.node: (e.ip, e.mac) for e in [*self.workers, self.ps]} | {s.node: (s.ip, s.mac) for s in switches.values()}
+        return {name: replace(switch, routes=self._routes(switch.node, addresses)) for name, switch in switches.items()}
+
+    def _data_ports(self, node: Any) -> list[Any]:
+        """`node`'s ends of the data network's links, in the order they were made (BMv2 port i + 1 is the i-th):
+        a flat switch's workers, then the PS; a leaf's rack's hosts, then its uplink; the spine's PS, then its uplinks."""
+        ends = {intf for pair in self.links for intf in pair}
+        return [intf for intf in node.intfList() if intf in ends]
+
+    def _routes(self, node: Any, addresses: dict[Any, tuple[str, str]]) -> tuple[Route, ...]:
+        """Switch node `node`'s route to every other node with an address: out of the port whose link leads to it (the
+        data network is a tree, so one does), to that node's own MAC, which every switch on the way keeps."""
+        routes = []
+        for number, port in enumerate(self._data_ports(node), start=1):
+            beyond = self._beyond(port)
+            routes += [Route(*addresses[n], number) for n in self.net.hosts if n in beyond and n in addresses]
+        return tuple(routes)
+
+    def _beyond(self, port: Any) -> set[Any]:
+        """The nodes that `port`'s node reaches through `port`: its link's far end and everything behind that."""
+        neighbours: dict[Any, list[Any]] = {}
+        for a, b in self.links:
+            neighbours.setdefault(a.node, []).append(b.node)
+            neighbours.setdefault(b.node, []).append(a.node)
+        far = port.link.intf2.node if port.link.intf1 is port else port.link.intf1.node
+        reached, frontier = {port.node, far}, [far]
+        while frontier:
+            for other in neighbours[frontier.pop()]:
+                if other not in reached:
+                    reached.add(other)
+                    frontier.append(other)
+        return reached - {port.node}
 
     @property
     def switch_ip(self) -> str:
@@ -246,15 +304,17 @@ class Network:
         for node, ip, device in [(e.node, e.ip, e.interface) for e in everyone] + [(s.node, s.ip, "br0") for s in switches if not self.bmv2]:
             _ip_batch(node, [f"neigh replace {other} lladdr {mac} dev {device} nud permanent" for other, mac in addresses if other != ip])
 
-    def _loss(self) -> None:
-        """Drop each link's `loss` percent of the packets leaving each of its ends (nftables, netdev egress)."""
-        by_node: dict[tuple[Any, float], list[str]] = {}
+    def _impair(self) -> None:
+        """Drop each link's `loss` percent of the packets leaving each of its ends and send its `duplicate` percent twice
+        (nftables, netdev egress: the kernel has no netem)."""
+        by_node: dict[tuple[Any, float, float], list[str]] = {}
         for pair, shape in zip(self.links, self.shapes):
             for intf in pair:
-                if shape.loss > 0:
-                    by_node.setdefault((intf.node, shape.loss), []).append(intf.name)
-        for (node, percent), names in by_node.items():
-            _check(node, "nft", "-f", "-", input=egress_rules(f"ina_testbed{round(percent * 1000)}", names, loss=percent / 100))
+                if shape.impaired:
+                    by_node.setdefault((intf.node, shape.loss, shape.duplicate), []).append(intf.name)
+        for (node, loss, duplicate), names in by_node.items():
+            table = f"ina_testbed{round(loss * 1000)}_{round(duplicate * 1000)}"
+            _check(node, "nft", "-f", "-", input=egress_rules(table, names, loss=loss / 100, duplicate=duplicate / 100))
 
     def _check_shaping(self) -> None:
         for pair, shape in zip(self.links, self.shapes):
@@ -278,7 +338,7 @@ class Network:
         """Packets dropped by the loss rules, per interface (both ends of each link)."""
         dropped: dict[str, int] = {}
         interfaces = {chain_name(intf.name): intf.name for pair in self.links for intf in pair}
-        for node in {intf.node for pair, shape in zip(self.links, self.shapes) if shape.loss > 0 for intf in pair}:
+        for node in {intf.node for pair, shape in zip(self.links, self.shapes) if shape.impaired for intf in pair}:
             listing = _check(node, "nft", "list", "ruleset", "netdev")
             chain = None
             for line in listing.splitlines():
@@ -380,6 +440,11 @@ def fifo_commands(device: str) -> str:
 
 def _queue_class(queue: int) -> str:
     return f"5:{0x10 + queue:x}"
+
+
+def _switch_octet(name: str) -> int:
+    """The last octet of switch node `name`'s addresses: a leaf's 201 + its rack, the switch's or the spine's 254."""
+    return LEAF_OCTET + int(name[len("leaf") :]) if name.startswith("leaf") else SWITCH_OCTET
 
 
 def _short(name: str) -> str:

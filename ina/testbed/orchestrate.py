@@ -97,7 +97,7 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
 
 
 def _shape(link: Link) -> str:
-    return f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss"
+    return f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss" + (f", {link.duplicate:g}% duplicated" if link.duplicate else "")
 
 
 def _record(out: Path, created: dict[str, Any], processes: Processes) -> None:
@@ -127,7 +127,7 @@ class _Services:
 
     def __init__(self, run: Run, network: Network, processes: Processes, folder: Path, policy: str, deadline: float) -> None:
         self.processes, self.folder, self.deadline = processes, folder, deadline
-        self.env = base_environment(run.lossy)
+        self.env = base_environment(run.impaired)
         ps = ["ps", "--listen", f"{network.ps.ip}:{PS_PORT}", "--control", f"{network.ps.ip}:{PS_CONTROL_PORT}", "--words", str(run.switch.words)]
         self.commands = {"ps": (network.ps.node, ps)}
         for name, switch in network.switches.items():  # the same pool, words and policy at every one: a racked job's leaves and spine must agree
@@ -192,11 +192,11 @@ def _switch_command(run: Run, network: Network, switch: SwitchNode, policy: str,
         command += ["--latency", str(spec.latency)]
     if not spec.result_copies:
         command.append("--no-result-copies")
-    if network.bmv2:
-        command += ["--target", "bmv2", "--mac", switch.mac, "--bmv2-log", str(folder / "bmv2.log")]
-        hosts = [*network.workers, network.ps]
-        for port, (endpoint, intf) in enumerate(zip(hosts, network.switch_ports), start=1):
-            command += ["--interface", f"{port}@{intf.name}", "--route", f"{endpoint.ip}={endpoint.mac}@{port}"]
+    if network.bmv2:  # BMv2 owns the node's ports and routes every address of the network (Network._routes)
+        log = folder / ("bmv2.log" if switch.name == "switch" else f"bmv2.{switch.name}.log")
+        command += ["--target", "bmv2", "--mac", switch.mac, "--bmv2-log", str(log)]
+        command += [f"--interface={port}@{interface}" for port, interface in enumerate(switch.ports, start=1)]
+        command += [f"--route={route.ip}={route.mac}@{route.port}" for route in switch.routes]
     return command
 
 
@@ -239,7 +239,7 @@ def _run_phase(run: Run, network: Network, processes: Processes, folder: Path, p
         ranks = []
         for rank, host in enumerate(job.hosts):
             endpoint = network.workers[host]
-            env = base_environment(run.lossy)
+            env = base_environment(run.impaired)
             on_host = [r for r, h in enumerate(job.hosts) if h == host]  # several ranks on a host: one multi-GPU node
             env.update(RANK=str(rank), WORLD_SIZE=str(job.workers), LOCAL_RANK=str(on_host.index(rank)),
                        LOCAL_WORLD_SIZE=str(len(on_host)), INA_NODE=f"host{host}",

@@ -155,14 +155,14 @@ The APIs speak plain HTTP (the emulated network is private to this machine), so 
 that the token crosses the network in clear."""
 
 
-def base_environment(lossy: bool) -> dict[str, str]:
+def base_environment(impaired: bool) -> dict[str, str]:
     """What every process of the run gets: this environment, unbuffered output, the run's token (and no
-    CA file: the control APIs speak plain HTTP) and, on lossy links, one datagram per UDP message (the
-    loss rules see a GSO run of datagrams as one packet)."""
+    CA file: the control APIs speak plain HTTP) and, on links that drop or duplicate, one datagram per UDP message
+    (the nftables rules see a GSO run of datagrams as one packet)."""
     env = dict(os.environ)
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", INA_TOKEN=RUN_TOKEN)
     for variable in ("INA_TOKEN_FILE", "INA_CA_FILE"):
         env.pop(variable, None)
-    if lossy:
+    if impaired:
         env["INA_UDP_GSO"] = "0"
     return env

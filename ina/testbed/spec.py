@@ -43,10 +43,12 @@ class Link:
     bw: float = 100.0  # Mbit/s; 0: unshaped
     delay: float = 0.0  # ms, one way (needs the kernel's sch_netem)
     loss: float = 0.0  # percent of packets dropped, each direction
+    duplicate: float = 0.0  # percent of packets sent twice, each direction
 
     @property
-    def lossy(self) -> bool:
-        return self.loss > 0
+    def impaired(self) -> bool:
+        """Whether nftables rules drop or duplicate its packets (they need every packet a wire packet: no UDP GSO)."""
+        return self.loss > 0 or self.duplicate > 0
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ class Run:
         return (self.link, self.ps_host_link, *((self.uplink_link,) if self.racks else ()))
 
     @property
-    def lossy(self) -> bool:
-        return any(link.lossy for link in self.links)
+    def impaired(self) -> bool:
+        return any(link.impaired for link in self.links)
 
     @property
     def switch_names(self) -> tuple[str, ...]:
@@ -245,10 +247,8 @@ def parse(document: Any, default_name: str = "run") -> Run:
             raise SpecError(f"job {job.name!r}: window {job.window} exceeds the switch's pool of {switch.pool} slots")
     if faults and not any(j.uses_aggregators for j in jobs):
         raise SpecError("faults: stop and start the switch or the PS, which only jobs with the switch or ps transport use")
-    run = Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, ps_link=ps_link, switch=switch, timeout=timeout,
-              faults=faults, racks=racks, uplink=uplink)  # fmt: skip
-    _software_if_racked(run)
-    return run
+    return Run(name=name, jobs=jobs, worker_hosts=worker_hosts, link=link, ps_link=ps_link, switch=switch, timeout=timeout,
+               faults=faults, racks=racks, uplink=uplink)  # fmt: skip
 
 
 def _racks(given: list[Any]) -> tuple[tuple[int, ...], ...]:
@@ -280,19 +280,13 @@ def _every_host_in_a_rack(racks: tuple[tuple[int, ...], ...], worker_hosts: int)
         raise SpecError(f"topology.racks: worker host(s) {missing} are in no rack; every worker host sits under one rack's leaf")
 
 
-def _software_if_racked(run: Run) -> None:
-    """BMv2 runs as the one switch node of a flat network; racks take the software switch at every leaf and the spine."""
-    if run.racks and run.switch.target != "software":
-        raise SpecError(f"switch.target: {run.switch.target} serves a network of one switch node; a racked topology "
-                        f"(topology.racks) runs the software switch at its leaves and spine: set switch.target to software")  # fmt: skip
-
-
 def _link(fields: _Fields, default: Link) -> Link:
     """A link's fields; what is not given is `default`'s (the PS's link starts from every host's)."""
     link = Link(
         bw=fields.take("bw", float, default.bw, check=_between(0, 100_000)),
         delay=fields.take("delay", float, default.delay, check=_between(0, 10_000)),
         loss=fields.take("loss", float, default.loss, check=_between(0, 50)),
+        duplicate=fields.take("duplicate", float, default.duplicate, check=_between(0, 50)),
     )
     fields.done()
     return link
@@ -301,8 +295,8 @@ def _link(fields: _Fields, default: Link) -> Link:
 def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, pool: Optional[int] = None,
                result_copies: Optional[bool] = None, seed: Optional[int] = None, levels: Optional[int] = None) -> Run:  # fmt: skip
     """`run` with the switch's policies (comma-separated), its queues, its pool, its result copies, every job's
-    seed or every switch job's levels replaced where given, checked as the run file's fields are (and the
-    switch's target, which the CLI may have replaced, against the racks)."""
+    seed or every switch job's levels replaced where given, checked as the run file's fields are (the switch's
+    target too, which the CLI may have replaced)."""
     given = {"policy": policy.split(",") if policy else None, "queues": queues, "pool": pool, "result_copies": result_copies}
     switch = {name: value for name, value in asdict(run.switch).items() if name != "policies"} | {"policy": list(run.switch.policies)}
     checked = _switch(_Fields(switch | {name: value for name, value in given.items() if value is not None}, "switch"))
@@ -313,9 +307,7 @@ def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = N
         if not run.racks or levels not in LEVELS:
             raise SpecError(f"--levels {levels}: give 2 (leaves, then the spine) or 1 (the spine alone) for a run file with topology.racks")
         jobs = tuple(replace(job, levels=levels) if job.uses_switch else job for job in jobs)
-    result = replace(run, switch=checked, jobs=jobs)
-    _software_if_racked(result)
-    return result
+    return replace(run, switch=checked, jobs=jobs)
 
 
 def static_window(job: Job, run: Run) -> int:
@@ -365,6 +357,9 @@ def _switch(fields: _Fields) -> Switch:
     result_copies = fields.take("result_copies", bool, Switch.result_copies)
     if not result_copies and "atp" in policies:
         raise SpecError("switch.result_copies: atp sends every RESULT through the PS; drop atp from switch.policy or keep the copies")
+    if target != "software" and "atp" in policies:
+        raise SpecError(f"switch.policy: atp (a slot held until the PS returns its RESULT) runs on the software switch alone; "
+                        f"the {target} program implements esa, fcfs and static")  # fmt: skip
     for name, value in (("max_pps", max_pps), ("latency", latency)):
         if value and target != "software":
             raise SpecError(f"switch.{name}: a setting of the software switch alone; leave it out for target {target}")
