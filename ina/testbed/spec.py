@@ -357,9 +357,6 @@ def _switch(fields: _Fields) -> Switch:
     result_copies = fields.take("result_copies", bool, Switch.result_copies)
     if not result_copies and "atp" in policies:
         raise SpecError("switch.result_copies: atp sends every RESULT through the PS; drop atp from switch.policy or keep the copies")
-    if target != "software" and "atp" in policies:
-        raise SpecError(f"switch.policy: atp (a slot held until the PS returns its RESULT) runs on the software switch alone; "
-                        f"the {target} program implements esa, fcfs and static")  # fmt: skip
     for name, value in (("max_pps", max_pps), ("latency", latency)):
         if value and target != "software":
             raise SpecError(f"switch.{name}: a setting of the software switch alone; leave it out for target {target}")
