@@ -199,7 +199,7 @@ def _two_jobs(rank: int, workers: int, options: dict[int, dict[str, str]]) -> li
 
     codec = THCCodec(THCConfig(bits=4, granularity=30))
     generator = torch.Generator().manual_seed(rank)
-    buckets = [torch.randint(0, 16, (4000,), dtype=torch.uint8, generator=generator) for _ in range(12)]
+    buckets = [torch.randint(0, 16, (4000,), dtype=torch.uint8, generator=generator) for _ in range(16)]
     jobs = [SwitchTransport(**options[rank], job=100 + level, policy=FixedPriority(level), peer_timeout=30.0) for level in (200, 10)]
     for transport in jobs:
         transport.attach(codec, dist.group.WORLD)
@@ -214,7 +214,7 @@ def _two_jobs(rank: int, workers: int, options: dict[int, dict[str, str]]) -> li
 
 
 def test_two_racked_jobs_contending_for_both_levels_pools_under_esa_stay_exact_with_preemptions_at_both():
-    with LocalRacks([[0, 1], [2, 3], [4]], pool=4, path="python") as racks:
+    with LocalRacks([[0, 1, 2], [3, 4]], pool=2, path="python") as racks:
         outcomes = run_workers(_two_jobs, 5, {rank: racks.options(rank) for rank in range(5)}, timeout=180)
         preempted = [s.core.counters()["preempted"] for s in (racks.spine, *racks.leaves)]
     assert all(all(equal) for equal in outcomes)
