@@ -12,7 +12,7 @@ from ina.switch.server import Faults
 from ina.transport.udp import SwitchTransport
 from ina.transport.collective import CollectiveTransport
 
-RACKS = [[0, 3], [1, 4, 5], [2]]  # ranks interleaved over the racks, one rack of one worker
+RACKS = [[0, 3], [1, 4, 5], [2, 6]]  # ranks interleaved over the racks
 
 
 def _sums(rank: int, workers: int, options: dict[int, dict[str, str]]) -> tuple[list, list, dict]:
