@@ -209,13 +209,23 @@ REPLAY_POOL, REPLAY_WORDS = 8, 4
 """The P and K of a Replay (below)."""
 
 
-@pytest.fixture(scope="module")
-def port():
-    veth = VethPair("v")
+def _wired(tag: str):
+    veth = VethPair(tag)
     wire = Wire(veth.host_side)
     yield veth, wire
     wire.close()
     veth.close()
+
+
+@pytest.fixture(scope="module")
+def port():
+    yield from _wired("v")
+
+
+@pytest.fixture(scope="module")
+def far_port():
+    """A second veth and its wire: a port beyond the switch's first (switch_for's `beyond`)."""
+    yield from _wired("f")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from bmv2_support import HOST, SWITCH_MAC, Replay, VethPair, Wire, frame, interface_mac, needs_bmv2, port, replay, run, switch_for, udp_of  # noqa: F401 (fixtures)
+from bmv2_support import HOST, SWITCH_MAC, Replay, far_port, frame, interface_mac, needs_bmv2, port, replay, run, switch_for, udp_of  # noqa: F401 (fixtures)
 from switch_support import Rig, job_spec, ps_addr, worker_addr
 from test_switch_racks import JOB, LEAVES, POOL, RACK, RACKS, SPINE_ADDR, WORDS, leaf_spec, spine_result, spine_spec, sum_up
 
@@ -26,15 +26,6 @@ OTHER = 7
 """A job of one switch beside the racked one, to preempt and be preempted."""
 FAR_IP = "10.99.0.2"
 """A host beyond the switch's second port: a leaf, or a PS that listens at the ina port."""
-
-
-@pytest.fixture(scope="module")
-def far_port():
-    veth = VethPair("f")
-    wire = Wire(veth.host_side)
-    yield veth, wire
-    wire.close()
-    veth.close()
 
 
 def flags(data: bytes) -> Flag:
