@@ -30,6 +30,14 @@ control Count(in ina_meta_t meta, in bit<1> arrived) {
     }
 }
 
+/* On v1model an ina packet to another address is forwarded as any other packet (identity.p4): not
+ * counted, and a flooded copy of it not sent back where it came from. */
+#ifdef INA_OWN_ADDRESS
+#define OWN_INA(valid) (valid && meta.is_ina == 1)
+#else
+#define OWN_INA(valid) valid
+#endif
+
 /* The egress: the last value words, each RESULT copy's destination, transmitted packets. */
 control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     INA_COUNTER(tx, ".ina_tx", 1)
@@ -65,7 +73,7 @@ control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             if (replicas.apply().hit) {
                 tx.count(0);
             }
-        } else if (hdr.ina.isValid()) {
+        } else if (OWN_INA(hdr.ina.isValid())) {
             tx.count(0);
         } else if (meta.out_port == meta.in_port) {
             meta.drop = 1;  /* a flooded copy back where it came from */

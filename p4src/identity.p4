@@ -80,6 +80,17 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
         meta.queue = 0;
         meta.egress_port = 0;
         meta.mcast_group = 0;
+#ifdef INA_OWN_ADDRESS
+        /* only an ina packet to the switch's own address is its protocol: one to another host (the PS's
+         * FLUSH to a leaf crossing the spine) is forwarded as any other packet (docs/p4.md, "Own address").
+         * A later pass is of a packet the first pass took. */
+        if (!WORD_PASS) {
+            identity.apply(meta);
+            if (CARRY.pass == PASS_FIRST && hdr.ipv4.dst != meta.switch_ip) {
+                meta.is_ina = 0;
+            }
+        }
+#endif
         if (meta.is_ina == 0) {
             l2.apply(hdr, meta);
         } else {
@@ -92,7 +103,9 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             if (WORD_PASS) {
                 word_pass_step.apply(hdr, meta);
             } else {
+#ifndef INA_OWN_ADDRESS
                 identity.apply(meta);
+#endif
                 cpu_port.apply(meta);
                 validate.apply(hdr, meta);
                 job_checks.apply(hdr, meta);

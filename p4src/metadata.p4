@@ -143,7 +143,7 @@ struct ina_meta_t {
     bit<16> mcast_group;
     bit<3>  queue;           /* the egress queue (by priority: esa on TNA, the queues setting on v1model; else 0) */
 
-    bit<1>  is_ina;          /* UDP to INA_PORT */
+    bit<1>  is_ina;          /* UDP to INA_PORT (on v1model: and to the switch's own address, identity.p4) */
     bit<1>  from_cpu;        /* a packet-out from the control plane (table ina_cpu_ports) */
     bit<16> expected_udp_len;
     bit<16> ip_udp_gap;      /* IPv4 total length - UDP length: the IPv4 header's 20 */

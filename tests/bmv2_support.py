@@ -209,13 +209,23 @@ REPLAY_POOL, REPLAY_WORDS = 8, 4
 """The P and K of a Replay (below)."""
 
 
-@pytest.fixture(scope="module")
-def port():
-    veth = VethPair("v")
+def _wired(tag: str):
+    veth = VethPair(tag)
     wire = Wire(veth.host_side)
     yield veth, wire
     wire.close()
     veth.close()
+
+
+@pytest.fixture(scope="module")
+def port():
+    yield from _wired("v")
+
+
+@pytest.fixture(scope="module")
+def far_port():
+    """A second veth and its wire: a port beyond the switch's first (switch_for's `beyond`)."""
+    yield from _wired("f")
 
 
 @pytest.fixture
@@ -231,16 +241,19 @@ def switch_for(port):
     veth, wire = port
     parts = []
 
-    def start(config: SwitchConfig, word_group: int = 0) -> P4Switch:
-        """BMv2 with the program for `config`, its words stepped `word_group` a pass (0: all at once)."""
-        bmv2 = Bmv2Process({1: veth.switch_side})
+    def start(config: SwitchConfig, word_group: int = 0, beyond: tuple[tuple[VethPair, str], ...] = ()) -> P4Switch:
+        """BMv2 with the program for `config`, its words stepped `word_group` a pass (0: all at once); `beyond`: further
+        ports 2, 3, ... as (veth, address), each with the route to its address out of it."""
+        bmv2 = Bmv2Process({1: veth.switch_side} | {number: v.switch_side for number, (v, _) in enumerate(beyond, start=2)})
         parts.append(bmv2)
         runtime = P4RuntimeClient(bmv2.grpc_address)
         parts.append(runtime)
         registers = Bmv2Thrift("127.0.0.1", bmv2.thrift_port)
         parts.append(registers)
         program = build(config.words, config.pool, word_group=word_group)
-        return P4Switch(config, Bmv2Device(runtime, registers), HOST, SWITCH_MAC, [Route(HOST, interface_mac(veth.host_side), 1)], program)
+        routes = [Route(HOST, interface_mac(veth.host_side), 1)]
+        routes += [Route(ip, interface_mac(v.host_side), number) for number, (v, ip) in enumerate(beyond, start=2)]
+        return P4Switch(config, Bmv2Device(runtime, registers), HOST, SWITCH_MAC, routes, program)
 
     yield start
     for part in reversed(parts):
@@ -316,6 +329,13 @@ class Replay:
             settle(self.switch, self.received)
             sent += self._compare(expected)
         return sent
+
+    def forwarded(self, sent: bytes, far: Wire) -> None:
+        """A frame that is not the switch's own (docs/protocol.md, section 2) leaves by its route at `far`, byte for
+        byte, and nothing else leaves; the reference, which it never reaches, is fed nothing: the same counters and slots."""
+        self.wire.send(sent)
+        assert far.receive(3.0) == sent
+        self._compare([])
 
     def sweep(self) -> list[tuple[tuple[str, int], bytes]]:
         """The idle sweep once every slot has sat still for slot_timeout: the reference's, and the controller's

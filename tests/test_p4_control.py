@@ -23,6 +23,7 @@ def test_routes_parse_from_ip_mac_and_port():
 @pytest.mark.parametrize("arguments, message", [
     (["--interface", "veth1"], "--interface 'veth1': expected PORT@IFACE"),
     (["--interface", "1@veth1", "--listen", "10.0.0.1:5000"], "the P4 switch knows ina packets by UDP port 47100"),
+    (["--interface", "1@veth1", "--listen", "0.0.0.0:47100"], "the P4 switch takes only the ina packets addressed to it"),
     ([], "the BMv2 switch needs ports"),
     (["--interface", "1@veth1", "--drop", "0.1"], "fault injection is the software switch's"),
     (["--interface", "1@veth1", "--route", "10.0.0.1@1"], "expected IP=MAC@PORT"),

@@ -4,21 +4,28 @@ those tests name and exactly the packets, counters and slots of the software swi
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+
 import numpy as np
 import pytest
-from bmv2_support import HOST, Replay, needs_bmv2, port, replay, switch_for  # noqa: F401 (fixtures)
+from bmv2_support import HOST, SWITCH_MAC, Replay, far_port, frame, interface_mac, needs_bmv2, port, replay, run, switch_for, udp_of  # noqa: F401 (fixtures)
 from switch_support import Rig, job_spec, ps_addr, worker_addr
-from test_switch_racks import JOB, LEAVES, POOL, RACKS, SPINE_ADDR, WORDS, leaf_spec, spine_result, spine_spec, sum_up
+from test_switch_racks import JOB, LEAVES, POOL, RACK, RACKS, SPINE_ADDR, WORDS, leaf_spec, spine_result, spine_spec, sum_up
 
 from ina.control import Endpoint, JobSpec
 from ina.control.jobs import Uplink
+from ina.net.impair import egress_rules
 from ina.net.node import Datagram
-from ina.protocol import Flag, Header, Kind, parse
+from ina.protocol import INA_PORT, Flag, Header, Kind, parse
+from ina.switch import SwitchConfig
 
 pytestmark = [needs_bmv2, pytest.mark.parametrize("word_group", [0, 2], ids=["one-pass", "word-passes"])]
 
 OTHER = 7
 """A job of one switch beside the racked one, to preempt and be preempted."""
+FAR_IP = "10.99.0.2"
+"""A host beyond the switch's second port: a leaf, or a PS that listens at the ina port."""
 
 
 def flags(data: bytes) -> Flag:
@@ -120,6 +127,54 @@ def test_a_spine_flags_its_jobs_partials_whichever_job_evicts_them(replay):
     assert flags(other_partial) == Flag.NONE
     ((_, stale),) = pair.send(leaf_data(pair, racked_seq + 2 * POOL, [1] * WORDS, 60, 1))
     assert flags(stale) == Flag.SPINE
+
+
+def test_a_switch_forwards_ina_packets_to_other_hosts_by_their_route_and_takes_those_to_itself(port, far_port, switch_for, word_group):
+    """docs/protocol.md, section 2: the PS's FLUSH to a leaf that crosses the spine, and a worker's failover DATA to a PS
+    listening at the ina port, leave the switch by their route unchanged, counted nowhere and changing no slot, though
+    the spine holds the FLUSH's chunk and the DATA would claim a slot; the same packets to the switch are its own."""
+    (veth, wire), (far, far_wire) = port, far_port
+    host_mac = interface_mac(veth.host_side)
+    pair = Replay(switch_for(SwitchConfig(POOL, WORDS), word_group, beyond=((far, FAR_IP),)), Rig(pool=POOL, words=WORDS), wire, host_mac)
+    pair.register(spine_spec())
+    pair.register(job_spec(OTHER, workers=2, window=4))
+    rig = pair.rig
+    pair.send(leaf_data(pair, 4, [5] * WORDS, 2, 2))
+    flush, data = rig.flush(JOB, 4), rig.data(OTHER, 0, 3)
+    for datagram in (flush, data):
+        pair.forwarded(frame(datagram.addr, (FAR_IP, INA_PORT), datagram.data, host_mac, interface_mac(far.host_side)), far_wire)
+    assert pair.switch.counters()["rx_packets"] == 1
+    assert [addr for addr, _ in pair.send(flush)] == [ps_addr(JOB)]
+    assert pair.send(data) == []
+    assert pair.switch.counters()["rx_packets"] == 3
+
+
+def test_a_leaf_forwards_its_sums_up_that_bmv2_reads_back_duplicated_on_its_uplink(port, far_port, switch_for, word_group):
+    """The testbed duplicates a link's packets with an nftables rule on the egress of both its ends (ina/net/impair.py),
+    and BMv2 reads the copies made on its own port as packets in: a leaf's sum up came back in at its uplink, where it
+    counted `unregistered` (a DATA from the leaf's own address), 12-28 a racked run (docs/racks.md, "On BMv2"). It is
+    addressed to the spine, so it is forwarded, back out the port it came in by: dropped, counted nowhere."""
+    (veth, wire), (far, far_wire) = port, far_port
+    switch = switch_for(SwitchConfig(POOL, WORDS), word_group, beyond=((far, FAR_IP),))
+    rig = Rig(pool=POOL, words=WORDS)
+    spec = dataclasses.replace(leaf_spec(), uplink=Uplink(FAR_IP, INA_PORT, RACK, RACKS, 2, POOL, POOL))
+    switch.register(spec)
+    rig.register(spec)
+    data = [rig.data(JOB, 0, 6), rig.data(JOB, 1, 6)]
+    ((spine, up),) = [(out.addr, out.data) for out in rig.send(*data)]
+    duplicating = egress_rules("ina_test_dup", [far.switch_side], loss=0.0, duplicate=0.999)
+    run("nft", "-f", "-", stdin=duplicating)
+    try:
+        for datagram in data:
+            wire.send(frame(datagram.addr, (HOST, INA_PORT), datagram.data, interface_mac(veth.host_side), SWITCH_MAC))
+        copies = []
+        while (got := far_wire.receive(3.0 if not copies else 0.3)) is not None:
+            copies.append(udp_of(got))
+        assert len(copies) > 1 and {(c.dst, c.payload) for c in copies} == {(spine, up)}
+    finally:
+        subprocess.run(["nft", "delete", "table", "netdev", "ina_test_dup"], capture_output=True)
+    assert wire.receive(0.3) is None
+    assert switch.counters() == rig.core.counters()
 
 
 @pytest.mark.parametrize("policy, spec", [("esa", dict(slot_base=3, span=POOL)), ("static", dict(slot_base=4, span=4, window=4))])

@@ -32,6 +32,9 @@ class P4SwitchServer:
         """Open the device and load `program` (default: p4src/ built for its target, P and K)."""
         if listen[1] != INA_PORT:
             raise ValueError(f"--listen {listen[0]}:{listen[1]}: the P4 switch knows ina packets by UDP port {INA_PORT}; use {listen[0]}:{INA_PORT}")
+        if listen[0] == "0.0.0.0":
+            raise ValueError(f"--listen {listen[0]}:{listen[1]}: the P4 switch takes only the ina packets addressed to it "
+                             "(docs/protocol.md, section 2): name its own address, e.g. 10.0.0.254:47100")  # fmt: skip
         self.address = listen
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
