@@ -8,6 +8,7 @@ with the worker's traceback, never as a hang.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import pickle
 import time
@@ -243,14 +244,14 @@ class LocalRacks:
 
         local = (_HOST, 0)
         self.rack_of = {rank: r for r, ranks in enumerate(racks) for rank in ranks}
-        self._switch = lambda listen, control, registry: SwitchServer(  # noqa: E731 (one recipe for every switch)
-            SwitchConfig(pool=pool, words=words, policy=policy), listen, control, faults=faults or Faults(), path=path,
-            registry=registry).start()  # fmt: skip
+        self._switch = functools.partial(SwitchServer, SwitchConfig(pool=pool, words=words, policy=policy), faults=faults or Faults(),
+                                         path=path)  # fmt: skip
+        """Every switch's recipe: a server given its addresses and registry."""
         self._spine_registry = Registry(store=JobStore(spine_state)) if spine_state else Registry()
         self.services: list[Any] = [PSServer(ps_core(words), local, local).start()]
         try:
-            self.services.append(self._switch(local, local, self._spine_registry))
-            self.services += [self._switch(local, local, Registry()) for _ in racks]
+            self.services.append(self._switch(local, local, registry=self._spine_registry).start())
+            self.services += [self._switch(local, local).start() for _ in racks]
         except BaseException:
             self.close()
             raise
@@ -263,7 +264,7 @@ class LocalRacks:
 
     def start_spine(self) -> None:
         """The spine again, on its ports, with the jobs of its state file (`spine_state`)."""
-        self.spine = self.services[1] = self._switch(*self._spine_addresses, self._spine_registry)
+        self.spine = self.services[1] = self._switch(*self._spine_addresses, registry=self._spine_registry).start()
 
     def options(self, rank: int) -> dict[str, str]:
         """Rank `rank`'s transport options: its rack's leaf as its switch, the spine and the PS."""

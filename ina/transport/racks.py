@@ -31,6 +31,7 @@ class RackPlan:
     leaves: tuple[Aggregator, ...]
     rack_of: tuple[int, ...]
     place: tuple[int, ...]
+    sizes: tuple[int, ...]  # workers a rack
 
     @classmethod
     def of(cls, leaves_by_rank: list[Aggregator]) -> RackPlan:
@@ -50,15 +51,11 @@ class RackPlan:
             raise TransportError(f"the job's workers name {len(leaves)} leaves with {sizes} workers: a racked job has at most "
                                  f"{MAX_RACKS} racks of {MAX_WORKERS} workers (nodes) each (docs/protocol.md, section 10); "
                                  "spread it over fewer, fuller racks or give nodes more ranks each")  # fmt: skip
-        return cls(tuple(leaves), tuple(rack_of), tuple(place))
+        return cls(tuple(leaves), tuple(rack_of), tuple(place), tuple(sizes))
 
     @property
     def racks(self) -> int:
         return len(self.leaves)
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return tuple(self.rack_of.count(rack) for rack in range(self.racks))
 
     def ranks_in(self, rack: int) -> list[int]:
         """The global ranks of `rack`, by their place in it."""

@@ -132,7 +132,6 @@ class _UdpTransport(Transport):
         self._ps, self._switch, self._spine = ps, switch, spine
         if spine is not None:
             self.max_workers = MAX_WORKERS * MAX_RACKS  # racks of 32 (docs/protocol.md, section 10)
-        self._lease = 0.0  # seconds of the job's lease at its aggregators (0: for ever), as registered
         self._bind, self._job, self._window = bind, job, window
         self._priority_cap, self._policy = priority_cap, policy
         self._multicast = multicast_enabled() if multicast is None else multicast
@@ -173,15 +172,15 @@ class _UdpTransport(Transport):
         self._lane_bits = sum_lane_bits(self._ranks, config.granularity)
         self._index_bits = config.bits if self._switch is None and ranks is None else 0
         if plan is None:
-            engine_config, sock, member, aggregators = self._register_one_switch(group)
+            engine_config, sock, member, aggregators, lease = self._register_one_switch(group)
         else:
-            engine_config, sock, member, aggregators = self._register_racked(group, plan)
+            engine_config, sock, member, aggregators, lease = self._register_racked(group, plan)
         self.job, self._words = engine_config.job, engine_config.words
         self._engine = serve_engine(engine_config, sock, self._policy, member)  # native where it is built
         owner = (aggregators, engine_config.job) if rank == 0 else None
         keeper = None
-        if owner is not None and self._lease:
-            keeper = LeaseKeeper(aggregators, engine_config.job, self._lease)
+        if owner is not None and lease:
+            keeper = LeaseKeeper(aggregators, engine_config.job, lease)
         self._closer = weakref.finalize(self, _shut_down, self._engine, owner, keeper)
         dist.barrier(group=group)
         logger.info("job %d, rank %d: %s at %s:%d, window %d", engine_config.job, rank, type(self).__name__,
@@ -197,9 +196,9 @@ class _UdpTransport(Transport):
         plan = RackPlan.of(leaves)
         return plan if plan.racks > 1 else None
 
-    def _register_one_switch(self, group: dist.ProcessGroup) -> tuple[EngineConfig, Any, Any, list[Aggregator]]:
-        """The job under one switch (or PS-only): the engine's config, its socket and RESULT group socket, and the
-        aggregators the job is registered with."""
+    def _register_one_switch(self, group: dist.ProcessGroup) -> tuple[EngineConfig, Any, Any, list[Aggregator], float]:
+        """The job under one switch (or PS-only): the engine's config, its socket and RESULT group socket, the
+        aggregators the job is registered with and its lease there (seconds; 0: for ever)."""
         deployment: Deployment = agree(group, lambda: self._deployment(locate(self._ps, self._switch)))
         sock = bind_socket(self._bind, deployment.destination)
         aggregators = [a for a in (self._ps, self._switch) if a is not None]
@@ -218,18 +217,17 @@ class _UdpTransport(Transport):
             for opened in filter(None, (sock, member)):
                 opened.close()
             raise
-        self._lease = registration.lease
         config = EngineConfig(
             job=registration.job, rank=group.rank(), workers=group.size(), words=deployment.words, window=spec.window,
             destination=deployment.destination, sources=frozenset(filter(None, (deployment.switch, deployment.ps))),
             pool=deployment.pool, slot_base=registration.slot_base, span=registration.span, ps_only=self._switch is None,
             pad=not deployment.short_chunks, **self._timing,
         )  # fmt: skip
-        return config, sock, member, aggregators
+        return config, sock, member, aggregators, registration.lease
 
-    def _register_racked(self, group: dist.ProcessGroup, plan: RackPlan) -> tuple[EngineConfig, Any, None, list[Aggregator]]:
-        """The job over its racks' leaves and the spine (docs/protocol.md, section 10): each worker sends to its leaf,
-        as its place in its rack; RESULTs are unicast."""
+    def _register_racked(self, group: dist.ProcessGroup, plan: RackPlan) -> tuple[EngineConfig, Any, None, list[Aggregator], float]:
+        """The job over its racks' leaves and the spine (docs/protocol.md, section 10), as `_register_one_switch`
+        returns it: each worker sends to its leaf, as its place in its rack; RESULTs are unicast."""
         assert self._spine is not None
         racked: RackedDeployment = agree(group, lambda: locate_racked(self._ps, self._spine, plan))
         deployment, rank = racked.deployment, group.rank()
@@ -245,13 +243,12 @@ class _UdpTransport(Transport):
         except BaseException:
             sock.close()
             raise
-        self._lease = registration.lease
         config = EngineConfig(
             job=registration.job, rank=plan.place[rank], workers=plan.sizes[rack], words=deployment.words, window=spec.window,
             destination=leaf, sources=frozenset((leaf, deployment.ps)), pool=deployment.pool, slot_base=registration.slot_base,
             span=registration.span, pad=not deployment.short_chunks, racks=plan.racks, **self._timing,
         )  # fmt: skip
-        return config, sock, None, aggregators
+        return config, sock, None, aggregators, registration.lease
 
     @staticmethod
     def _gather_addresses(group: dist.ProcessGroup, sock: Any) -> list[tuple[str, int]]:
@@ -344,8 +341,8 @@ class _UdpTransport(Transport):
         """Whether every aggregator's control API answers now (one of this worker's own requests)."""
         try:
             locate(self._ps, self._switch)
-            if self._spine is not None:
-                locate(self._ps, self._spine)
+            if self._spine is not None:  # the PS and the leaf answered above
+                self._spine.describe()
         except (TransportError, ControlError) as error:
             logger.debug("job %s: aggregators not back yet: %s", self.job, error)
             return False
