@@ -30,16 +30,16 @@ Sample = tuple[float, list[tuple[int, int]]]
 """(monotonic time, (up, down) bytes so far of each rack's uplink)."""
 
 
-def counters(pid: int, interfaces: Sequence[str]) -> list[tuple[int, int]]:
-    """(sent, received) bytes of each of `interfaces`, in the network namespace of process `pid`."""
-    found: dict[str, tuple[int, int]] = {}
+def interface_bytes(interface: str, pid: int | str = "self") -> tuple[int, int]:
+    """(sent, received) bytes of `interface` in the network namespace of process `pid` (/proc/PID/net/dev; 0, 0 where the
+    namespace has no such interface)."""
     with open(f"/proc/{pid}/net/dev") as f:
         for line in f:
             name, _, fields = line.partition(":")
-            if fields:
+            if name.strip() == interface:
                 values = fields.split()
-                found[name.strip()] = (int(values[8]), int(values[0]))
-    return [found[name] for name in interfaces]
+                return int(values[8]), int(values[0])
+    return 0, 0
 
 
 class Sampler:
@@ -58,7 +58,7 @@ class Sampler:
             while not self._stop.is_set():
                 now = time.monotonic()
                 try:
-                    readings = [counters(pid, [interface])[0] for pid, interface in self.leaves]
+                    readings = [interface_bytes(interface, pid) for pid, interface in self.leaves]
                 except OSError:  # a leaf's shell is gone: the run is being taken down
                     return
                 out.write(json.dumps({"t": now, "bytes": readings}) + "\n")

@@ -30,19 +30,9 @@ from torch.nn.parallel import DistributedDataParallel
 from ina.demo_training import batches_of
 from ina.testbed import clock
 from ina.testbed.spec import Job, job_from_json
+from ina.testbed.uplinks import interface_bytes
 
 TIMEOUT = timedelta(seconds=600)
-
-
-def interface_bytes(interface: str) -> tuple[int, int]:
-    """(sent, received) bytes of `interface` in this process's network namespace (/proc/net/dev)."""
-    with open("/proc/self/net/dev") as f:
-        for line in f:
-            name, _, counters = line.partition(":")
-            if name.strip() == interface:
-                fields = counters.split()
-                return int(fields[8]), int(fields[0])
-    return 0, 0
 
 
 def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
