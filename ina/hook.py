@@ -11,14 +11,14 @@ from typing import Any, Optional, Sequence, Union
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, THCConfig, move_to_huge_pages
+from ina.compression import THCCodec, THCConfig, move_to_huge_pages, sum_lane_bits
 from ina.layout import BucketLayouts
 from ina.transport import create_transport
 from ina.transport.base import Transport
 from ina.transport.fallback import FALLBACKS, checked_fallback, with_fallback
 from ina.transport.hierarchy import arrange, checked_hierarchy
 
-__all__ = ["THCState", "thc_hook"]
+__all__ = ["THCState", "thc_hook", "step_bytes"]
 
 logger = logging.getLogger(__name__)
 _FP32_MAX = torch.finfo(torch.float32).max
@@ -177,6 +177,17 @@ class THCState:
             "set process_group and transport after loading to use others."
         )
         self._bind(None, "collective")
+
+
+def step_bytes(parameters: int, workers: int, bits: int = 4, granularity: int = 30, block_size: int = 1024) -> int:
+    """About the bytes one step's THC SUMs hand a switch or PS transport for a model of `parameters` summed by
+    `workers`: the transform-padded table values in their sum lanes (each bucket pads to its own blocks; the norms'
+    MAX rounds add a word a bucket). A job's work for `RemainingWorkPriority`: its compressed steps times this.
+
+        >>> policy = RemainingWorkPriority(total_bytes=(steps - state.start_iter) * step_bytes(parameters, workers))
+    """
+    config = THCConfig(bits=bits, granularity=granularity, block_size=block_size)
+    return THCCodec(config).padded_length(parameters) * sum_lane_bits(workers, config.granularity) // 8
 
 
 def thc_hook(state: THCState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -14,7 +14,7 @@ from ina.net.node import Address, Datagram
 from ina.protocol import Flag, Header, Kind, parse, result_words
 from ina.transport.engine import Engine, EngineConfig
 from ina.transport.native import NativeEngine, native_module
-from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority
+from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, RemainingWorkPriority
 
 pytestmark = pytest.mark.skipif(native_module() is None, reason="ina.transport._native is not built")
 
@@ -40,7 +40,7 @@ def configs(draw) -> EngineConfig:
 
 def policies(draw) -> tuple:
     """Two equal policies, one per engine."""
-    kind = draw(st.sampled_from(["fixed", "intensity", "las"]))
+    kind = draw(st.sampled_from(["fixed", "intensity", "las", "remaining"]))
     if kind == "fixed":
         level = draw(st.integers(0, 255))
         return FixedPriority(level), FixedPriority(level)
@@ -48,6 +48,10 @@ def policies(draw) -> tuple:
         options = dict(top=draw(st.sampled_from([63, 255])), reference_bytes=draw(st.sampled_from([8.0, 4096.0])),
                        age_step=draw(st.sampled_from([0.001, 0.05])))  # fmt: skip
         return AttainedServicePriority(**options), AttainedServicePriority(**options)
+    if kind == "remaining":
+        options = dict(total_bytes=draw(st.sampled_from([64.0, 1e6])), reference_bytes=draw(st.sampled_from([8.0, 4096.0])),
+                       age_step=draw(st.sampled_from([0.001, 0.05])))  # fmt: skip
+        return RemainingWorkPriority(**options), RemainingWorkPriority(**options)
     options = dict(reference_rate=draw(st.sampled_from([1.0, 1e3])), age_step=draw(st.sampled_from([0.001, 0.05])),
                    time_constant=0.1)  # fmt: skip
     return IntensityPriority(**options), IntensityPriority(**options)

@@ -11,7 +11,7 @@ from engine_paths import engine_paths
 from ina.net.node import Datagram
 from ina.protocol import Kind, parse
 from ina.transport.engine import Engine, EngineConfig
-from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, PriorityPolicy
+from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, PriorityPolicy, RemainingWorkPriority
 
 use_each_engine = engine_paths(__name__)
 
@@ -68,6 +68,27 @@ def test_least_attained_service_ranks_the_job_that_has_reduced_less_higher_and_n
     assert old.base(1.0) == 0 < new.base(1.0)
     with pytest.raises(ValueError):
         AttainedServicePriority(top=256)
+
+
+def test_least_remaining_work_ranks_the_job_nearer_its_end_higher_and_rises_as_it_progresses():
+    short, long = RemainingWorkPriority(total_bytes=65536), RemainingWorkPriority(total_bytes=7 * 65536)
+    assert isinstance(short, PriorityPolicy)
+    assert short.base(0.0) == 55 and long.base(0.0) == 39  # log2(1 + 1) and log2(1 + 7): 8 and 24 levels below 63
+    long.observe(4 * 65536, 0.0)  # 3 references left: log2(4) = 2 doublings below the top
+    assert long.remaining() == 3 * 65536 and long.base(0.0) == 47 and long.priority(0.0, 0.12) == 49
+    long.observe(2**40, 1.0)  # past its total (a longer run than declared): the top, never more
+    assert long.remaining() == 0 and long.base(1.0) == 63
+    assert RemainingWorkPriority(total_bytes=2**60).base(0.0) == 0  # never below zero
+    with pytest.raises(ValueError, match="total_bytes"):
+        RemainingWorkPriority(total_bytes=0)
+
+
+def test_a_jobs_work_is_its_steps_times_the_bytes_thc_hands_the_transport_a_step():
+    from ina.hook import step_bytes
+
+    # tests/test_transport_udp.py's MLP: 2,372 parameters pad to 3,072 coordinates, 12 chunks of 64 words of 8-bit lanes
+    assert step_bytes(2372, workers=4) == 12 * 64 * 4
+    assert step_bytes(2372, workers=32, bits=4, granularity=30) == 2 * 12 * 64 * 4  # 32 x 30 needs 16-bit lanes
 
 
 def test_the_engine_writes_the_policys_answer_at_send_time():

@@ -92,9 +92,10 @@ typedef struct {
     double srtt, rttvar;
     /* the priority policy: a fixed level, or (level < 0) trunc(offset + levels_per_doubling * log2(1 + x / reference))
      * of x, the bytes a second decaying over time_constant (IntensityPriority), or with time_constant 0 the bytes
-     * attained (AttainedServicePriority: offset its top, levels_per_doubling negative) */
+     * attained (AttainedServicePriority: offset its top, levels_per_doubling negative), or with a `total` the bytes
+     * left of it (RemainingWorkPriority) */
     int level;
-    double reference_rate, levels_per_doubling, time_constant, age_step, decaying_bytes, observed_at, offset;
+    double reference_rate, levels_per_doubling, time_constant, age_step, decaying_bytes, observed_at, offset, total;
     /* the chunk stream, seqs unwrapped */
     uint64_t next_seq, next_send, oldest, next_handle, head_handle, unsent_handle;
     reduction *reductions; /* a ring: reduction `head_handle + i` at (head + i) % capacity */
@@ -153,6 +154,7 @@ static void observe(Engine *e, double nbytes, double now) {
 static uint8_t priority(const Engine *e, double queued_at, double now) {
     if (e->level >= 0) return (uint8_t)e->level;
     double x = e->time_constant > 0 ? decayed(e, now) / e->time_constant : decayed(e, now);
+    if (e->total > 0) x = py_max(e->total - x, 0.0); /* RemainingWorkPriority: the bytes left */
     double base = py_max(trunc(e->offset + e->levels_per_doubling * log2(1 + x / e->reference_rate)), 0.0);
     double aged = trunc(py_max(now - queued_at, 0.0) / e->age_step);
     double level = base + aged;
@@ -464,7 +466,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"job", "rank", "workers", "words", "window", "destination", "other", "ps", "pool",
                             "slot_base", "span", "ps_only", "min_rto", "max_rto", "initial_rto", "peer_timeout",
                             "first_seq", "level", "reference_rate", "levels_per_doubling", "time_constant",
-                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", "racks", NULL};
+                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", "racks", "total", NULL};
     unsigned job, rank, workers, words, window, pool, slot_base, span, racks = 0;
     unsigned long long first_seq;
     PyObject *destination, *other, *ps;
@@ -473,12 +475,12 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "the engine is set up already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpdI", names, &job, &rank, &workers, &words,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpdId", names, &job, &rank, &workers, &words,
                                      &window, &destination, &other, &ps, &pool, &slot_base, &span, &ps_only,
                                      &self->min_rto, &self->max_rto, &self->initial_rto, &self->peer_timeout,
                                      &first_seq, &level, &self->reference_rate, &self->levels_per_doubling,
                                      &self->time_constant, &self->age_step, &self->decaying_bytes,
-                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset, &racks))
+                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset, &racks, &self->total))
         return -1;
     if (job > 0xFFFF || workers < 1 || workers > INA_MAX_WORKERS || rank >= workers || words < 1 ||
         words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 || window < 1 || pool < 1 || (pool & (pool - 1)) ||

@@ -7,8 +7,8 @@ serves it on a socket with its packet loop in C. Two differences, both by design
 words are read in place until their reduction completes (do not change the array meanwhile),
 and results land in an array allocated at submit, with no copy back.
 
-It runs the built-in priority policies natively (`FixedPriority`, `IntensityPriority`, `AttainedServicePriority`, same
-arithmetic); any other policy object needs the Python engine (`native_policy` says which).
+It runs the built-in priority policies natively (`FixedPriority`, `IntensityPriority`, `AttainedServicePriority`,
+`RemainingWorkPriority`, same arithmetic); any other policy object needs the Python engine (`native_policy` says which).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ina.transport.buffers import ARRAYS
 from ina.transport.chunks import result_length
 from ina.transport.engine import Engine, EngineConfig, checked_output, checked_submission, failure_message
 from ina.transport.errors import TransportError
-from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, PriorityPolicy
+from ina.transport.priority import AttainedServicePriority, FixedPriority, IntensityPriority, PriorityPolicy, RemainingWorkPriority
 
 MODULE, WHAT = "ina.transport._native", "worker engine"
 
@@ -47,10 +47,12 @@ def native_policy(policy: PriorityPolicy | None) -> dict[str, Any] | None:
         return dict(level=-1, reference_rate=policy.reference_rate, levels_per_doubling=policy.levels_per_doubling,
                     time_constant=policy.time_constant, age_step=policy.age_step,
                     decaying_bytes=policy._bytes, observed_at=policy._at)  # fmt: skip  # its state so far
-    if type(policy) is AttainedServicePriority:  # the same formula, descending, over bytes that never decay
+    if type(policy) in (AttainedServicePriority, RemainingWorkPriority):  # the same formula, descending, over bytes that
+        # never decay: those attained, or those left of a total
+        total = policy.total_bytes if isinstance(policy, RemainingWorkPriority) else 0.0
         return dict(level=-1, reference_rate=policy.reference_bytes, levels_per_doubling=-policy.levels_per_doubling,
                     time_constant=0.0, age_step=policy.age_step, decaying_bytes=policy.attained, observed_at=0.0,
-                    offset=float(policy.top))  # fmt: skip
+                    offset=float(policy.top), total=total)  # fmt: skip
     return None
 
 
@@ -59,7 +61,7 @@ def runs_natively(policy: PriorityPolicy | None) -> bool:
     if native_module() is None:
         return False
     if native_policy(policy) is None:
-        warnings.warn(f"ina: the native worker engine runs the built-in policies only (FixedPriority, IntensityPriority, AttainedServicePriority); the policy "
+        warnings.warn(f"ina: the native worker engine runs the built-in policies only (FixedPriority, IntensityPriority, AttainedServicePriority, RemainingWorkPriority); the policy "
                       f"{type(policy).__name__} runs on the much slower Python engine", RuntimeWarning, stacklevel=3)
         return False
     return True
@@ -74,7 +76,7 @@ def new_core(config: EngineConfig, policy: PriorityPolicy | None, peer: Any, *, 
     policy = policy if policy is not None else IntensityPriority()
     arguments = native_policy(policy)
     if arguments is None:
-        raise ValueError(f"the native engine runs FixedPriority, IntensityPriority and AttainedServicePriority, not {type(policy).__name__}")
+        raise ValueError(f"the native engine runs FixedPriority, IntensityPriority, AttainedServicePriority and RemainingWorkPriority, not {type(policy).__name__}")
     return policy, module.Engine(**core_arguments(config, arguments, peer, served=served))
 
 

@@ -131,5 +131,36 @@ class AttainedServicePriority:
         return min(self.base(now) + aged, MAX_PRIORITY)
 
 
-POLICIES = {"intensity": IntensityPriority, "las": AttainedServicePriority}
-"""The built-in end-host priority policies by name (the testbed's `jobs[].priority_policy`)."""
+class RemainingWorkPriority(AttainedServicePriority):
+    """Least remaining work (shortest-remaining-first, which minimizes mean JCT): the fewer bytes a job has left
+    to reduce of `total_bytes`, the higher its priority, so under contention the job nearest its end passes.
+
+    A training job knows its work in advance (its steps times the bytes of a step's reductions), which LAS
+    cannot assume. LAS ranks a job down as it progresses, so jobs of one size take turns and all finish late;
+    here a job's priority rises as it progresses, so the one ahead stays ahead and finishes, and the pool
+    goes to the next. base = trunc(`top` - `levels_per_doubling` * log2(1 + remaining / `reference_bytes`)),
+    never below 0; each full `age_step` a chunk has waited adds one level (testbed/README.md, "ESA, measured
+    fairly", measures it against the intensity rule).
+    """
+
+    __slots__ = ("total_bytes",)
+
+    def __init__(self, total_bytes: float, *, top: int = 63, reference_bytes: float = 65536.0, levels_per_doubling: float = 8.0,
+                 age_step: float = 0.05) -> None:  # fmt: skip
+        if not total_bytes > 0:
+            raise ValueError(f"total_bytes must be positive (the bytes the job will reduce over its life), got {total_bytes}")
+        super().__init__(top=top, reference_bytes=reference_bytes, levels_per_doubling=levels_per_doubling, age_step=age_step)
+        self.total_bytes = float(total_bytes)
+
+    def remaining(self) -> float:
+        """The bytes the job has still to reduce (0 once it has reduced `total_bytes` or more)."""
+        return max(self.total_bytes - self.attained, 0.0)
+
+    def base(self, now: float) -> int:
+        """The job's priority before ageing."""
+        return max(int(self.top - self.levels_per_doubling * math.log2(1 + self.remaining() / self.reference_bytes)), 0)
+
+
+POLICIES = {"intensity": IntensityPriority, "las": AttainedServicePriority, "remaining": RemainingWorkPriority}
+"""The built-in end-host priority policies by name (the testbed's `jobs[].priority_policy`; `remaining` needs the
+job's `total_bytes`)."""
