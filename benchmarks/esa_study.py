@@ -2,7 +2,7 @@
 
     sudo python -m benchmarks.esa_study [testbed/rack.yaml] [--seeds 0 1 2] [--queues priority fifo]
                                         [--policy esa,fcfs,atp,static] [--target software|bmv2] [--pool P]
-                                        [--no-result-copies] [--out DIR]
+                                        [--no-result-copies] [--priority-policy intensity|las|remaining] [--out DIR]
 
 Each (seed, queues) pair is one `ina testbed` run of the run file, whose rounds are the policies: every policy
 gets the same network, queues, windows, jobs and seed, so a row differs from another in its policy alone, and a
@@ -27,6 +27,7 @@ from typing import Any
 
 from ina.switch.config import QUEUES
 from ina.testbed import spec
+from ina.transport.priority import POLICIES as PRIORITY_POLICIES
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,11 @@ class Round:
 
 
 def top_job(run: spec.Run, results: dict[str, Any]) -> str:
-    """The job ESA's intensity rule ranks first: the most gradient bytes per second of its own compute."""
+    """The job the jobs' priority rule ranks first: under ESA's intensity rule the most gradient bytes per second of
+    its own compute; under least remaining work (or attained service, as the jobs start) the least work."""
     parameters = {row["job"]: row["parameters"] for row in results["jobs"]}
+    if all(job.priority_policy in ("remaining", "las") for job in run.jobs if job.uses_switch):
+        return min(run.jobs, key=lambda job: parameters[job.name] * job.steps).name
     return max(run.jobs, key=lambda job: parameters[job.name] / max(job.compute, 1e-3)).name
 
 
@@ -65,14 +69,16 @@ def rounds_of(results: dict[str, Any], seed: int, queues: str) -> list[Round]:
     return rounds
 
 
-def run_testbed(run_file: str, out: Path, seed: int, queues: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One `ina testbed` run (its rounds: the policies) with the study's overrides; its results.json."""
+def run_testbed(run_file: str, out: Path, seed: int, queues: str, **overrides: Any) -> dict[str, Any]:
+    """One `ina testbed` run (its rounds: the policies) with the study's overrides, `ina testbed`'s options by name
+    (`pool=64`, `result_copies=False`; None or "": the run file's); its results.json."""
     command = [sys.executable, "-m", "ina.cli", "testbed", run_file, "--out", str(out), "--seed", str(seed), "--queues", queues]
-    for option in ("policy", "target", "pool"):
-        if getattr(args, option):
-            command += [f"--{option}", str(getattr(args, option))]
-    if args.result_copies is not None:
-        command.append("--result-copies" if args.result_copies else "--no-result-copies")
+    for option, value in overrides.items():
+        flag = option.replace("_", "-")
+        if isinstance(value, bool):
+            command.append(f"--{flag}" if value else f"--no-{flag}")
+        elif value not in (None, ""):
+            command += [f"--{flag}", str(value)]
     print("$", " ".join(command[1:]), flush=True)
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,16 +128,19 @@ def main() -> None:
     parser.add_argument("--target", choices=("software", "bmv2"), help="override the run file's switch.target")
     parser.add_argument("--pool", type=int, help="override the run file's switch.pool (larger than every window: no contention)")
     parser.add_argument("--result-copies", action=argparse.BooleanOptionalAction, help="override the run file's switch.result_copies")
+    parser.add_argument("--priority-policy", choices=tuple(PRIORITY_POLICIES), help="override the jobs' end-host priority policy")
     parser.add_argument("--out", help="results folder (default testbed-results/study-NAME-UTCTIME)")
     args = parser.parse_args()
-    plan = spec.overridden(spec.load(args.run_file), policy=args.policy or None, pool=args.pool, result_copies=args.result_copies)
+    plan = spec.overridden(spec.load(args.run_file), policy=args.policy or None, pool=args.pool, result_copies=args.result_copies,
+                           priority_policy=args.priority_policy)  # fmt: skip
     out = Path(args.out or f"testbed-results/study-{plan.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     rounds: list[Round] = []
     top = ""
     started = time.monotonic()
     for seed in args.seeds:
         for queues in args.queues:
-            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, args)
+            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, policy=args.policy, target=args.target,
+                                  pool=args.pool, result_copies=args.result_copies, priority_policy=args.priority_policy)  # fmt: skip
             top = top or top_job(plan, results)
             rounds += rounds_of(results, seed, queues)
     check_exact(rounds)

@@ -162,14 +162,13 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.tables_from or args.out or f"testbed-results/tta-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     if not args.tables_from:
-        options = argparse.Namespace(policy="", target=None, pool=None)
         for workload in args.workloads:
             for bw in args.links:
                 for seed in args.seeds:
                     folder = out / workload / f"{bw:g}M-seed{seed}"
                     folder.mkdir(parents=True, exist_ok=True)
                     (folder / "load.json").write_text(json.dumps(os.getloadavg()))  # what else ran on the machine
-                    run_testbed(str(run_file(workload, bw, out / "runs")), folder, seed, "priority", options)
+                    run_testbed(str(run_file(workload, bw, out / "runs")), folder, seed, "priority")
     lines = tabulate(out, args.workloads, Path(args.plots))
     print("\n".join(lines))
     (out / "tables.md").write_text("\n".join(lines) + "\n")

@@ -190,6 +190,20 @@ def test_the_policy_queues_and_seed_of_a_run_file_can_be_overridden_for_repeated
     assert spec.overridden(spec.load(run_file)) == spec.load(run_file)
 
 
+def test_the_priority_rule_of_every_switch_or_ps_job_can_be_overridden(tmp_path, monkeypatch):
+    from ina.cli import main
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("jobs: [{workers: 2, transport: switch}, {workers: 2, transport: ps, priority_policy: las}, {workers: 2}]\n")
+    checked = []
+    monkeypatch.setattr("ina.testbed.network.why_not", lambda plan: checked.append(plan) or "stopped here by the test")
+    assert main(["testbed", str(run_file), "--priority-policy", "remaining"]) == 2
+    assert [job.priority_policy for job in checked[0].jobs] == ["remaining", "remaining", "intensity"]  # the collective has none
+    assert [job.priority_policy for job in spec.load(run_file).jobs] == ["intensity", "las", "intensity"]
+    with pytest.raises(SpecError, match="--priority-policy lru: give one of"):
+        spec.overridden(spec.load(run_file), priority_policy="lru")
+
+
 def test_registering_the_subcommand_imports_neither_torch_nor_mininet():
     import subprocess
     import sys

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ina.transport.priority import POLICIES as PRIORITY_POLICIES
+
 SOFTWARE_ONLY = ("max_pps", "latency")
 """Run file settings of the software switch alone, dropped when --target names another."""
 DESCRIPTION = ("Run the jobs of a run file (testbed/*.yaml) on an emulated network (Mininet, no Open vSwitch): worker hosts, "
@@ -31,6 +33,8 @@ def register(subcommands: Any) -> None:
     parser.add_argument("--seed", type=int, help="override every job's seed (repeated runs of one run file)")
     parser.add_argument("--levels", type=int, choices=(1, 2),
                         help="override every switch job's levels in a racked run: 2 (leaves, then the spine) or 1 (the spine alone)")
+    parser.add_argument("--priority-policy", choices=tuple(PRIORITY_POLICIES),
+                        help="override every thc switch or PS job's jobs[].priority_policy (a fixed jobs[].priority still wins)")
     parser.add_argument("--check", action="store_true", help="validate the run file and the machine, run nothing")
     parser.set_defaults(run=run)
 
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr)  # fmt: skip
             plan = dataclasses.replace(plan, switch=dataclasses.replace(plan.switch, target=args.target, **dict.fromkeys(dropped, 0.0)))
         plan = spec.overridden(plan, policy=args.policy, queues=args.queues, pool=args.pool, result_copies=args.result_copies,
-                               seed=args.seed, levels=args.levels)  # fmt: skip
+                               seed=args.seed, levels=args.levels, priority_policy=args.priority_policy)  # fmt: skip
     except spec.SpecError as error:
         print(f"ina testbed: {error}", file=sys.stderr)
         return 2

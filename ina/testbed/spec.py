@@ -86,7 +86,7 @@ class Job:
     warm_up: int = 5  # steps of plain allreduce before compression (thc's start_iter, powersgd's start iteration)
     rank: int = 1  # powersgd's matrix approximation rank
     priority: Optional[int] = None  # switch transport: a fixed priority; None: the end-host policy `priority_policy`
-    priority_policy: str = "intensity"  # intensity (ESA's: recent bytes a second) or las (least attained service)
+    priority_policy: str = "intensity"  # intensity (ESA's: recent bytes a second), las (least attained service) or remaining (least work left)
     priority_cap: int = 255
     window: Optional[int] = None  # switch/ps transport: chunks in flight per worker
     min_rto: float = 0.02  # switch/ps transport: the least resend timeout (s); above the queueing a window causes
@@ -293,10 +293,12 @@ def _link(fields: _Fields, default: Link) -> Link:
 
 
 def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = None, pool: Optional[int] = None,
-               result_copies: Optional[bool] = None, seed: Optional[int] = None, levels: Optional[int] = None) -> Run:  # fmt: skip
+               result_copies: Optional[bool] = None, seed: Optional[int] = None, levels: Optional[int] = None,
+               priority_policy: Optional[str] = None) -> Run:  # fmt: skip
     """`run` with the switch's policies (comma-separated), its queues, its pool, its result copies, every job's
-    seed or every switch job's levels replaced where given, checked as the run file's fields are (the switch's
-    target too, which the CLI may have replaced)."""
+    seed, every switch job's levels or every thc job's end-host priority policy (over a switch or the PS)
+    replaced where given, checked as the run file's fields are (the switch's target too, which the CLI may
+    have replaced)."""
     given = {"policy": policy.split(",") if policy else None, "queues": queues, "pool": pool, "result_copies": result_copies}
     switch = {name: value for name, value in asdict(run.switch).items() if name != "policies"} | {"policy": list(run.switch.policies)}
     checked = _switch(_Fields(switch | {name: value for name, value in given.items() if value is not None}, "switch"))
@@ -307,6 +309,11 @@ def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = N
         if not run.racks or levels not in LEVELS:
             raise SpecError(f"--levels {levels}: give 2 (leaves, then the spine) or 1 (the spine alone) for a run file with topology.racks")
         jobs = tuple(replace(job, levels=levels) if job.uses_switch else job for job in jobs)
+    if priority_policy is not None:
+        if priority_policy not in PRIORITY_POLICIES:
+            raise SpecError(f"--priority-policy {priority_policy}: give one of {list(PRIORITY_POLICIES)}")
+        jobs = tuple(replace(job, priority_policy=priority_policy) if job.hook == "thc" and job.transport != "collective" else job
+                     for job in jobs)  # fmt: skip
     return replace(run, switch=checked, jobs=jobs)
 
 

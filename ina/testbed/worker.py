@@ -59,19 +59,32 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
         return topk
     from ina.hook import THCState, thc_hook
     from ina.transport import create_transport
-    from ina.transport.priority import POLICIES, FixedPriority
 
+    granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
     options: dict[str, Any] = {}
     if job.transport != "collective":
         options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
-        options |= {"failover": job.failover, "failback": job.failback}
-        options["policy"] = FixedPriority(job.priority) if job.priority is not None else POLICIES[job.priority_policy]()
+        options |= {"failover": job.failover, "failback": job.failback, "policy": priority_policy(job, ddp, granularity)}
     transport = create_transport(job.transport, None, **options)
-    granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
     state = THCState(bits=job.bits, granularity=granularity, start_iter=job.warm_up, transport=transport, seed=job.seed,
                      hierarchy=job.hierarchy)  # fmt: skip
     ddp.register_comm_hook(state, thc_hook)
     return state
+
+
+def priority_policy(job: Job, ddp: DistributedDataParallel, granularity: int) -> Any:
+    """The job's end-host priority policy: its fixed `priority`, else `priority_policy` by name; `remaining` is
+    told the job's work, its compressed steps' bytes (`ina.hook.step_bytes`)."""
+    from ina.hook import step_bytes
+    from ina.transport.priority import POLICIES, FixedPriority, RemainingWorkPriority
+
+    if job.priority is not None:
+        return FixedPriority(job.priority)
+    if job.priority_policy != "remaining":
+        return POLICIES[job.priority_policy]()
+    parameters = sum(p.numel() for p in ddp.parameters())
+    steps = max(job.steps - job.warm_up, 1)
+    return RemainingWorkPriority(total_bytes=steps * step_bytes(parameters, dist.get_world_size(), job.bits, granularity))
 
 
 def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
