@@ -1,6 +1,7 @@
 """Average job completion time (JCT) of three jobs contending for the switch's aggregators: esa, fcfs, atp and static.
 
-    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1] [--priority intensity|las] [--switch-pps 0 2e7 5e6]
+    python -m benchmarks.contention [--seeds 3] [--pool 16] [--workers 8] [--jitter 0.1] [--priority intensity|las|remaining]
+                                    [--switch-pps 0 2e7 5e6]
 
 Three training jobs (compute, then one reduction, per iteration) share one switch whose
 pool holds one window while the jobs' windows add up to three. Everything is simulated at
@@ -26,7 +27,7 @@ import numpy as np
 from ina.sim.cluster import PS_ADDR, Cluster, Hosts
 from ina.sim.link import Link
 from ina.sim.workload import TrainingLoop
-from ina.transport.priority import AttainedServicePriority, IntensityPriority
+from ina.transport.priority import AttainedServicePriority, IntensityPriority, PriorityPolicy, RemainingWorkPriority
 
 GBPS = 1e9 / 8
 """Bytes per second in one Gb/s."""
@@ -63,7 +64,7 @@ class Setup:
     flush_delay: float = 200e-6    # the PS's FLUSH timer, scaled like min_rto
     time_constant: float = 1e-3    # the priority policy's rate window: a few iterations
     age_step: float = 100e-6       # +1 priority level per 100 us queued
-    priority: str = "intensity"    # the end-host policy: intensity (ESA's) or las (least attained service)
+    priority: str = "intensity"    # the end-host policy: intensity (ESA's), las (least attained service) or remaining (least work left)
 
 
 JOBS = (
@@ -116,7 +117,7 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
             return TrainingLoop(engine, iterations=job.iterations, compute=job.compute,
                                 words=job.chunks * setup.words, jitter=setup.jitter, rng=next(rngs))
 
-        cluster.add_job(number + 1, setup.workers, window(policy, setup, len(jobs)), wrap=loop, policy=lambda: priority_policy(setup))
+        cluster.add_job(number + 1, setup.workers, window(policy, setup, len(jobs)), wrap=loop, policy=lambda job=job: priority_policy(setup, job))
         loops[job.name] = [cluster.net.node(cluster.address(number, rank)) for rank in range(setup.workers)]
     every = [loop for group in loops.values() for loop in group]
     if not cluster.net.run_until(lambda: all(loop.finished or loop.engine.error for loop in every), timeout=10.0):
@@ -132,10 +133,12 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
     return Outcome({name: max(loop.finished_at for loop in group) for name, group in loops.items()}, events)
 
 
-def priority_policy(setup: Setup) -> IntensityPriority | AttainedServicePriority:
-    """A worker's end-host priority policy, its time scales the simulation's."""
+def priority_policy(setup: Setup, job: Job) -> PriorityPolicy:
+    """A worker's end-host priority policy for `job`, its time scales the simulation's."""
     if setup.priority == "las":
         return AttainedServicePriority(age_step=setup.age_step)
+    if setup.priority == "remaining":  # the job's work: every iteration's reduction, 4 bytes a word
+        return RemainingWorkPriority(total_bytes=job.iterations * job.chunks * setup.words * 4, age_step=setup.age_step)
     return IntensityPriority(time_constant=setup.time_constant, age_step=setup.age_step)
 
 
@@ -173,8 +176,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="runs per policy (seeds 0..n-1), averaged")
     for f in fields(Setup):
-        if f.name in ("pool", "window", "workers", "jitter", "link_gbps", "min_rto", "priority"):
+        if f.name in ("pool", "window", "workers", "jitter", "link_gbps", "min_rto"):
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--priority", choices=("intensity", "las", "remaining"), default=Setup.priority, help="the end-host priority rule")
     parser.add_argument("--switch-pps", type=float, nargs="+", default=[Setup.switch_pps],
                         help="packets a second the switch handles (0: line rate); several: one table per speed and a summary")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
