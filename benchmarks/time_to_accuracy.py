@@ -56,11 +56,11 @@ def mean(values: list[float]) -> Optional[float]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, Any]]:
-    """Per (method, link): the seeds' mean time to target (of those that met it, with how many did), the final
+    """Per (method, link), a method being a job of the run file (PowerSGD's ranks are two): the seeds' mean time to target (of those that met it, with how many did), the final
     metric, bytes sent per worker per step and median step time, and fp32's mean time to target over this one."""
     cells: dict[tuple[str, float], dict[str, Any]] = {}
-    for method, bw in dict.fromkeys((r["method"], r["bw"]) for r in rows):
-        mine = [r for r in rows if (r["method"], r["bw"]) == (method, bw)]
+    for method, bw in dict.fromkeys((r["job"], r["bw"]) for r in rows):
+        mine = [r for r in rows if (r["job"], r["bw"]) == (method, bw)]
         reached = [r["time_to_target"] for r in mine if r["time_to_target"] is not None]
         final = [r["test_loss"] if r.get("test_loss") is not None else r["accuracy"] for r in mine]
         cells[(method, bw)] = {"tta": mean(reached), "reached": len(reached), "runs": len(mine), "final": mean(final),
@@ -76,7 +76,7 @@ def table(workload: str, target: float, rows: list[dict[str, Any]]) -> list[str]
     """The markdown table of one workload: a row per method, a group of columns per link speed."""
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
-    methods = list(dict.fromkeys(r["method"] for r in rows))
+    methods = list(dict.fromkeys(r["job"] for r in rows))
     loss = next(iter(cells.values()))["loss_metric"]
     final = "loss" if loss else "accuracy"
     seeds = sorted({r["seed"] for r in rows})
@@ -109,7 +109,7 @@ def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
 
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
-    methods = list(dict.fromkeys(r["method"] for r in rows))
+    methods = list(dict.fromkeys(r["job"] for r in rows))
     final = "test loss" if next(iter(cells.values()))["loss_metric"] else "test accuracy"
     panels = (("tta", "time to target (s; no bar: not reached)"), ("final", f"final {final}"), ("mb_per_step", "MB sent per worker per step"))
     figure, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))

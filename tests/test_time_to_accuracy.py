@@ -79,17 +79,19 @@ def test_the_language_model_predicts_the_next_token_and_its_test_loss_falls():
 
 
 def _row(method: str, bw: float, seed: int, tta, accuracy: float = 0.98) -> dict:
-    return {"method": method, "bw": bw, "seed": seed, "time_to_target": tta, "accuracy": accuracy, "test_loss": None,
+    return {"job": method, "method": method.split("-")[0], "bw": bw, "seed": seed, "time_to_target": tta, "accuracy": accuracy, "test_loss": None,
             "tx_bytes_per_worker_step": 2e6, "step_time_median": 0.5}  # fmt: skip
 
 
 def test_the_table_gives_each_methods_mean_time_to_target_over_fp32s_and_says_where_a_seed_missed_it():
     rows = [_row("fp32", 100, 0, 30.0), _row("fp32", 100, 1, 50.0), _row("thc4-switch", 100, 0, 10.0),
-            _row("thc4-switch", 100, 1, 30.0), _row("topk", 100, 0, 20.0), _row("topk", 100, 1, None, 0.9)]  # fmt: skip
+            _row("thc4-switch", 100, 1, 30.0), _row("topk", 100, 0, 20.0), _row("topk", 100, 1, None, 0.9),
+            _row("powersgd", 100, 0, 12.0), _row("powersgd-r1", 100, 0, None, 0.9)]  # one method, two jobs: two rows  # fmt: skip
     lines = time_to_accuracy.table("convnet", 0.97, rows)
     assert lines[4] == "| fp32 | 40.0 | 1.00 | 98.0% | 2.00 | 0.500 |"
     assert lines[5] == "| thc4-switch | 20.0 | 2.00 | 98.0% | 2.00 | 0.500 |"
     assert lines[6] == "| topk | 20.0 (1/2) | - | 94.0% | 2.00 | 0.500 |"  # no speed-up from the seeds that made it alone
+    assert lines[7:] == ["| powersgd | 12.0 | 3.33 | 98.0% | 2.00 | 0.500 |", "| powersgd-r1 | not reached | - | 90.0% | 2.00 | 0.500 |"]
 
 
 def test_the_tables_replace_what_stands_between_the_docs_markers(tmp_path):
