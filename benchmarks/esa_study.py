@@ -6,7 +6,7 @@
 
 Each (seed, queues) pair is one `ina testbed` run of the run file, whose rounds are the policies: every policy
 gets the same network, queues, windows, jobs and seed, so a row differs from another in its policy alone, and a
-column pair in its queues alone. The table gives per policy and queues the mean over the seeds of: the mean JCT,
+column pair in its queues alone; the rounds' order rotates from seed to seed, so no policy always runs first. The table gives per policy and queues the mean over the seeds of: the mean JCT,
 the JCT of the top-priority job (the most communication-intensive: its reduction bytes per second of compute, as
 ESA's intensity rule ranks it), the PS's received packets (its load), the switch's preemptions and collisions;
 then each baseline's mean JCT over esa's, seed by seed. Every job must end with the same parameters (sha256)
@@ -88,6 +88,13 @@ def run_testbed(run_file: str, out: Path, seed: int, queues: str, **overrides: A
     return json.loads((out / "results.json").read_text())
 
 
+def in_turn(policies: tuple[str, ...], turn: int) -> str:
+    """The policies rotated by `turn`, comma-separated: each run of a study starts with another policy, so that no
+    policy always has the first round (a fresh machine) or the last."""
+    shift = turn % len(policies)
+    return ",".join(policies[shift:] + policies[:shift])
+
+
 def check_exact(rounds: list[Round]) -> None:
     """Every job of a seed ends with the same parameters under every policy and queue setting."""
     for seed in sorted({r.seed for r in rounds}):
@@ -102,7 +109,7 @@ def check_exact(rounds: list[Round]) -> None:
 
 def table(rounds: list[Round], top: str) -> list[str]:
     """The ablation table: means over seeds per (queues, policy), and each baseline's JCT over esa's."""
-    policies = list(dict.fromkeys(r.policy for r in rounds))
+    policies = sorted(dict.fromkeys(r.policy for r in rounds), key=lambda p: (p != "esa", p))
     lines = [f"{'queues':8} {'policy':7} {'mean JCT s':>10} {f'{top} JCT s':>14} {'PS rx pkts':>11} {'preempted':>10} "
              f"{'collisions':>10} {'/esa mean':>10} {'/esa top':>9}  per seed (mean JCT / esa's)"]  # fmt: skip
     for queues in dict.fromkeys(r.queues for r in rounds):
@@ -137,9 +144,9 @@ def main() -> None:
     rounds: list[Round] = []
     top = ""
     started = time.monotonic()
-    for seed in args.seeds:
+    for turn, seed in enumerate(args.seeds):
         for queues in args.queues:
-            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, policy=args.policy, target=args.target,
+            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, policy=in_turn(plan.switch.policies, turn), target=args.target,
                                   pool=args.pool, result_copies=args.result_copies, priority_policy=args.priority_policy)  # fmt: skip
             top = top or top_job(plan, results)
             rounds += rounds_of(results, seed, queues)

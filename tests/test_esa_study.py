@@ -35,3 +35,8 @@ def test_the_top_job_is_the_one_the_jobs_priority_rule_ranks_first():
     run = spec.parse(document)
     assert esa_study.top_job(run, results) == "big"  # intensity: the most bytes a second of compute
     assert esa_study.top_job(spec.overridden(run, priority_policy="remaining"), results) == "long"  # the least work: 70 x 1000 < 10 x 8000
+
+
+def test_each_run_of_a_study_starts_with_another_policy():
+    assert [esa_study.in_turn(("esa", "fcfs", "atp"), turn) for turn in range(4)] == ["esa,fcfs,atp", "fcfs,atp,esa", "atp,esa,fcfs",
+                                                                                     "esa,fcfs,atp"]  # fmt: skip
