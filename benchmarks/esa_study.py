@@ -6,10 +6,11 @@
 
 Each (seed, queues) pair is one `ina testbed` run of the run file, whose rounds are the policies: every policy
 gets the same network, queues, windows, jobs and seed, so a row differs from another in its policy alone, and a
-column pair in its queues alone; the rounds' order rotates from seed to seed, so no policy always runs first. The table gives per policy and queues the mean over the seeds of: the mean JCT,
-the JCT of the top-priority job (the most communication-intensive: its reduction bytes per second of compute, as
-ESA's intensity rule ranks it), the PS's received packets (its load), the switch's preemptions and collisions;
-then each baseline's mean JCT over esa's, seed by seed. Every job must end with the same parameters (sha256)
+column pair in its queues alone; the rounds' order rotates from seed to seed, so no policy always runs first. The
+table gives per policy and queues the mean over the seeds of: the mean JCT, the JCT of the top-priority job (the
+one the jobs' priority rule ranks first: under ESA's intensity rule the most reduction bytes per second of compute,
+under least remaining work the least work), the PS's received packets (its load), the switch's preemptions and
+collisions; then each baseline's mean JCT over esa's, seed by seed. Every job must end with the same parameters (sha256)
 under every policy and queue setting of a seed: the study stops with the mismatch otherwise.
 """
 
@@ -109,7 +110,7 @@ def check_exact(rounds: list[Round]) -> None:
 
 def table(rounds: list[Round], top: str) -> list[str]:
     """The ablation table: means over seeds per (queues, policy), and each baseline's JCT over esa's."""
-    policies = sorted(dict.fromkeys(r.policy for r in rounds), key=lambda p: (p != "esa", p))
+    policies = list(dict.fromkeys(r.policy for r in rounds))  # the run file's order: the first seed's rounds are not rotated
     lines = [f"{'queues':8} {'policy':7} {'mean JCT s':>10} {f'{top} JCT s':>14} {'PS rx pkts':>11} {'preempted':>10} "
              f"{'collisions':>10} {'/esa mean':>10} {'/esa top':>9}  per seed (mean JCT / esa's)"]  # fmt: skip
     for queues in dict.fromkeys(r.queues for r in rounds):

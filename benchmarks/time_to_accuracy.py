@@ -56,8 +56,9 @@ def mean(values: list[float]) -> Optional[float]:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, Any]]:
-    """Per (method, link), a method being a job of the run file (PowerSGD's ranks are two): the seeds' mean time to target (of those that met it, with how many did), the final
-    metric, bytes sent per worker per step and median step time, and fp32's mean time to target over this one."""
+    """Per (method, link), a method being a job of the run file (PowerSGD's ranks are two): the seeds' mean time to
+    target (of those that met it, with how many did), the final metric, bytes sent per worker per step and median
+    step time, and fp32's mean time to target over this one."""
     cells: dict[tuple[str, float], dict[str, Any]] = {}
     for method, bw in dict.fromkeys((r["job"], r["bw"]) for r in rows):
         mine = [r for r in rows if (r["job"], r["bw"]) == (method, bw)]

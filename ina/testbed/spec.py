@@ -115,6 +115,11 @@ class Job:
         return self.target is not None and (value <= self.target if self.metric == "test_loss" else value >= self.target)
 
     @property
+    def thc_granularity(self) -> int:
+        """THC's granularity: the run file's, else THC's default for its bits, 2 * (2**bits - 1), at most 255."""
+        return self.granularity or min(2 * (2**self.bits - 1), 255)
+
+    @property
     def uses_aggregators(self) -> bool:
         return self.hook == "thc" and self.transport != "collective"
 
@@ -312,8 +317,7 @@ def overridden(run: Run, policy: Optional[str] = None, queues: Optional[str] = N
     if priority_policy is not None:
         if priority_policy not in PRIORITY_POLICIES:
             raise SpecError(f"--priority-policy {priority_policy}: give one of {list(PRIORITY_POLICIES)}")
-        jobs = tuple(replace(job, priority_policy=priority_policy) if job.hook == "thc" and job.transport != "collective" else job
-                     for job in jobs)  # fmt: skip
+        jobs = tuple(replace(job, priority_policy=priority_policy) if job.uses_aggregators else job for job in jobs)
     return replace(run, switch=checked, jobs=jobs)
 
 
@@ -436,8 +440,7 @@ def _job(fields: _Fields, index: int, racked: bool) -> Job:
         from ina.compression import THCConfig
 
         try:
-            granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
-            THCConfig(bits=job.bits, granularity=granularity).check_workers(job.workers)
+            THCConfig(bits=job.bits, granularity=job.thc_granularity).check_workers(job.workers)
         except ValueError as error:
             raise SpecError(f"{fields.where}: {error}") from None
     return job

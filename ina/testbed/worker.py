@@ -60,19 +60,18 @@ def attach_hook(job: Job, ddp: DistributedDataParallel) -> Optional[Any]:
     from ina.hook import THCState, thc_hook
     from ina.transport import create_transport
 
-    granularity = job.granularity or min(2 * (2**job.bits - 1), 255)
     options: dict[str, Any] = {}
     if job.transport != "collective":
         options = {"window": job.window, "priority_cap": job.priority_cap, "min_rto": job.min_rto}
-        options |= {"failover": job.failover, "failback": job.failback, "policy": priority_policy(job, ddp, granularity)}
+        options |= {"failover": job.failover, "failback": job.failback, "policy": priority_policy(job, ddp)}
     transport = create_transport(job.transport, None, **options)
-    state = THCState(bits=job.bits, granularity=granularity, start_iter=job.warm_up, transport=transport, seed=job.seed,
+    state = THCState(bits=job.bits, granularity=job.thc_granularity, start_iter=job.warm_up, transport=transport, seed=job.seed,
                      hierarchy=job.hierarchy)  # fmt: skip
     ddp.register_comm_hook(state, thc_hook)
     return state
 
 
-def priority_policy(job: Job, ddp: DistributedDataParallel, granularity: int) -> Any:
+def priority_policy(job: Job, ddp: DistributedDataParallel) -> Any:
     """The job's end-host priority policy: its fixed `priority`, else `priority_policy` by name; `remaining` is
     told the job's work, its compressed steps' bytes (`ina.hook.step_bytes`)."""
     from ina.hook import step_bytes
@@ -84,7 +83,7 @@ def priority_policy(job: Job, ddp: DistributedDataParallel, granularity: int) ->
         return POLICIES[job.priority_policy]()
     parameters = sum(p.numel() for p in ddp.parameters())
     steps = max(job.steps - job.warm_up, 1)
-    return RemainingWorkPriority(total_bytes=steps * step_bytes(parameters, dist.get_world_size(), job.bits, granularity))
+    return RemainingWorkPriority(total_bytes=steps * step_bytes(parameters, dist.get_world_size(), job.bits, job.thc_granularity))
 
 
 def train(job: Job, out: Path, interface: str) -> dict[str, Any]:

@@ -122,9 +122,13 @@ class AttainedServicePriority:
     def observe(self, nbytes: int, now: float) -> None:
         self.attained += nbytes
 
+    def ranked_bytes(self) -> float:
+        """The bytes the rank falls with: those attained."""
+        return self.attained
+
     def base(self, now: float) -> int:
         """The job's priority before ageing."""
-        return max(int(self.top - self.levels_per_doubling * math.log2(1 + self.attained / self.reference_bytes)), 0)
+        return max(int(self.top - self.levels_per_doubling * math.log2(1 + self.ranked_bytes() / self.reference_bytes)), 0)
 
     def priority(self, queued_at: float, now: float) -> int:
         aged = int(max(now - queued_at, 0.0) / self.age_step)
@@ -156,9 +160,7 @@ class RemainingWorkPriority(AttainedServicePriority):
         """The bytes the job has still to reduce (0 once it has reduced `total_bytes` or more)."""
         return max(self.total_bytes - self.attained, 0.0)
 
-    def base(self, now: float) -> int:
-        """The job's priority before ageing."""
-        return max(int(self.top - self.levels_per_doubling * math.log2(1 + self.remaining() / self.reference_bytes)), 0)
+    ranked_bytes = remaining
 
 
 POLICIES = {"intensity": IntensityPriority, "las": AttainedServicePriority, "remaining": RemainingWorkPriority}
