@@ -1,7 +1,7 @@
 """The testbed's egress queues (docs/protocol.md, "Egress queues"): on a shaped link, an ina packet of a higher
 priority leaves before a backlog of lower ones, a DATA of the lowest priority before a backlog of RESULT copies,
 a RESULT flagged HOLD (atp: a step waits for it) before RESULT copies too, and with the queues taken away the
-link is one FIFO again.
+link is one FIFO again; the packets a backlog holds are read from tc, so that a round waits for the last one's.
 Two network namespaces joined by a veth pair, shaped as Mininet's TCLink shapes it; needs root, ip and tc."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 
 from ina.protocol.constants import Flag, Kind
-from ina.testbed.network import fifo_commands, priority_queue_commands
+from ina.testbed.network import fifo_commands, priority_queue_commands, queued_packets
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tc") or not shutil.which("ip"),
                                 reason="needs root, ip and tc (network namespaces and a shaped veth)")  # fmt: skip
@@ -92,3 +93,19 @@ def test_the_later_packets_leave_before_a_backlog_and_without_the_queues_wait_be
     assert "5:10" not in shell("tc class show dev DEV")
     order = arrival_order(namespaces, low, high)
     assert order == [low] * LOW + [high] * HIGH, f"one FIFO again keeps the sending order: {order}"
+
+
+@pytest.mark.parametrize("queues", ["priority", "fifo"])
+def test_a_backlog_is_counted_until_the_link_has_sent_it(link, queues):
+    shell, (a, _) = link
+    if queues == "priority":
+        shell(priority_queue_commands("DEV", 1))
+    assert queued_packets(shell("tc -s qdisc show dev DEV")) == 0
+    # 200 datagrams of 400 bytes: 0.7 s at 1 Mbit/s; nobody listens at the far end, which the link does not know.
+    subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", SEND, *[f"{RESULT}:0:0"] * 200], check=True)
+    backlog = queued_packets(shell("tc -s qdisc show dev DEV"))
+    assert 50 < backlog <= 200, shell("tc -s qdisc show dev DEV")
+    deadline = time.monotonic() + 10
+    while queued_packets(shell("tc -s qdisc show dev DEV")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queued_packets(shell("tc -s qdisc show dev DEV")) == 0, "the link never sent its backlog"

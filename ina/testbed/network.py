@@ -37,12 +37,14 @@ import importlib.machinery
 import importlib.util
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ina.net.impair import chain_name, egress_rules
 from ina.protocol.constants import EGRESS_QUEUES, FLAGS_OFFSET, KIND_OFFSET, MAGIC, PRIORITY_OFFSET, Flag, Kind
@@ -56,6 +58,8 @@ LEAF_OCTET = 201
 """Rack r's leaf is 10.0.0.(201 + r) (worker hosts are 1..200); the spine has the switch's address."""
 UDP_PAYLOAD = 28
 """Offset of the UDP payload from the IPv4 header (no IP options: the filters check IHL = 5)."""
+DRAIN_TIMEOUT = 120.0
+"""Seconds a round waits for the last one's queued packets; a 1000-packet queue at 1 Mbit/s drains in 12."""
 
 
 class TestbedUnavailable(RuntimeError):
@@ -351,14 +355,24 @@ class Network:
 
     def queue_drops(self) -> dict[str, int]:
         """Packets the links' queues dropped (tc's counters), per interface, where any were."""
-        dropped: dict[str, int] = {}
+        counts = {name: sum(map(int, re.findall(r"dropped (\d+)", stats))) for name, stats in self._queue_stats()}
+        return {name: count for name, count in counts.items() if count}
+
+    def drain(self, timeout: float = DRAIN_TIMEOUT) -> float:
+        """Wait until no link's queue holds a packet; the seconds it took. A round's leftovers (RESULT copies queued
+        for seconds behind the PS's slow link) must not reach the next round's services nor take their link and CPU."""
+        began = time.monotonic()
+        while queued := {name: count for name, stats in self._queue_stats() if (count := queued_packets(stats))}:
+            if time.monotonic() - began > timeout:
+                raise RuntimeError(f"the links' queues still hold packets after {timeout:g} s: {queued}")
+            time.sleep(0.1)
+        return time.monotonic() - began
+
+    def _queue_stats(self) -> Iterator[tuple[str, str]]:
+        """(interface, `tc -s qdisc show` of it) for both ends of every shaped link."""
         for pair in self.links:
             for intf in pair:
-                text = _check(intf.node, "tc", "-s", "qdisc", "show", "dev", intf.name)
-                count = sum(int(w.rstrip(",")) for w, before in zip(text.split()[1:], text.split()) if before == "dropped")
-                if count:
-                    dropped[intf.name] = count
-        return dropped
+                yield intf.name, _check(intf.node, "tc", "-s", "qdisc", "show", "dev", intf.name)
 
     def udp_buffer_drops(self) -> dict[str, int]:
         """Datagrams each host's kernel dropped for a full socket buffer (/proc/net/snmp RcvbufErrors), where any were."""
@@ -428,6 +442,12 @@ def priority_queue_commands(device: str, mbit: float) -> str:
                  f"match u8 {Flag.HOLD:#x} {Flag.HOLD:#x} at {UDP_PAYLOAD + FLAGS_OFFSET} flowid {_queue_class(1)}")  # fmt: skip
     lines.append(f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}")
     return " && ".join(lines)
+
+
+def queued_packets(stats: str) -> int:
+    """The packets an interface's queues hold, from its `tc -s qdisc show`: the most any qdisc reports (a root
+    qdisc's backlog counts its classes' packets again)."""
+    return max(map(int, re.findall(r"backlog \S+ (\d+)p", stats)), default=0)
 
 
 def fifo_commands(device: str) -> str:

@@ -66,6 +66,9 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
         network.prioritize(run.switch.queues == "priority")  # every round alike: the policies differ in nothing else
         for policy in rounds:
             folder = out / policy
+            waited = network.drain()  # each round starts on empty links: the last one's leftovers are not its load
+            if waited > 0.5:
+                say(f"ina testbed: [{policy}] waited {waited:.1f} s for the last round's packets to leave the links' queues")
             services = _Services(run, network, processes, folder, policy, deadline) if aggregated else None
             recorder = _record_metrics(run, network, processes, folder) if aggregated else None
             sampler = uplinks.Sampler(network.uplink_ends(), folder / uplinks.SAMPLES) if run.racks else None
