@@ -2,10 +2,12 @@
 
     sudo python -m benchmarks.time_to_accuracy [--workloads convnet transformer] [--links 100 1000]
                                                [--seeds 0 1] [--out DIR] [--docs docs/time_to_accuracy.md]
-    python -m benchmarks.time_to_accuracy --tables-from DIR [--docs ...]   # the tables again, from a finished study
+    python -m benchmarks.time_to_accuracy --tables-from DIR [DIR ...] [--docs ...]   # the tables again, run nothing
 
 Each (workload, link, seed) is one `ina testbed` run of testbed/tta_WORKLOAD.yaml with the link's bandwidth
-replaced: one job per compressor, each in a phase of its own. The table per workload gives per method and
+replaced: one job per compressor, each in a phase of its own. `--jobs` runs some of the file's jobs only (say fp32
+with them: the speed-ups are over fp32 of the same study); tables from several studies take each job's rows from
+the last study that ran it, and say which command gave which rows. The table per workload gives per method and
 link the mean over the seeds of the time its test accuracy (the transformer: its test loss) first met the
 file's target, that time relative to fp32's, the final accuracy (loss), the bytes each worker's interface
 sent per step and the median step time; the plot, the times to target side by side per link. `--docs`
@@ -18,9 +20,10 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from benchmarks.esa_study import run_testbed
 from benchmarks.publish import write_docs
@@ -28,12 +31,23 @@ from ina.testbed import spec
 
 
 
-def run_file(workload: str, bw: float, out: Path) -> Path:
-    """testbed/tta_WORKLOAD.yaml with every link at `bw` Mbit/s, written (as JSON, which YAML reads) under `out`."""
+COMMAND = "command.txt"
+"""A study folder's file holding the command that ran it, for the tables' footnote."""
+
+
+def run_file(workload: str, bw: float, out: Path, jobs: Sequence[str] = ()) -> Path:
+    """testbed/tta_WORKLOAD.yaml with every link at `bw` Mbit/s and only the `jobs` named (none: all), written (as
+    JSON, which YAML reads) under `out`."""
     import yaml
 
     document = yaml.safe_load(Path(f"testbed/tta_{workload}.yaml").read_text())
     document.setdefault("topology", {}).setdefault("link", {})["bw"] = bw
+    if jobs:
+        unknown = set(jobs) - {job["name"] for job in document["jobs"]}
+        if unknown:
+            raise SystemExit(f"--jobs: testbed/tta_{workload}.yaml has no job {sorted(unknown)}; its jobs: "
+                             + ", ".join(job["name"] for job in document["jobs"]))  # fmt: skip
+        document["jobs"] = [job for job in document["jobs"] if job["name"] in jobs]
     spec.parse(document)  # refuse a bad file before any run
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"tta_{workload}_{bw:g}M.yaml"
@@ -49,6 +63,16 @@ def rows_of(folder: Path) -> list[dict[str, Any]]:
         for row in json.loads(path.read_text())["jobs"]:
             rows.append({**row, "bw": run["link"]["bw"], "seed": run["jobs"][0]["seed"], "workload": run["name"]})
     return rows
+
+
+def latest_rows(studies: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows of several studies of one workload, each job's from the last study that ran it, in the first's order."""
+    rows: list[dict[str, Any]] = []
+    for later in studies:
+        rerun = {row["job"] for row in later}
+        rows = [row for row in rows if row["job"] not in rerun] + later
+    order = list(dict.fromkeys(row["job"] for study in studies for row in study))
+    return sorted(rows, key=lambda row: order.index(row["job"]))
 
 
 def mean(values: list[float]) -> Optional[float]:
@@ -129,26 +153,25 @@ def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
-def tabulate(out: Path, workloads: list[str], plots: Path) -> list[str]:
-    """The tables of every workload studied under `out`, their plots under `plots`, and the command that made them."""
+def tabulate(studies: list[Path], workloads: list[str], plots: Path) -> list[str]:
+    """The tables of every workload studied under the `studies` folders (a job's rows from the last that ran it), their
+    plots under `plots`, and the commands that made them."""
     lines: list[str] = []
-    found: list[dict[str, Any]] = []
     studied = []
     for workload in workloads:
-        rows = rows_of(out / workload)
+        rows = latest_rows([rows_of(out / workload) for out in studies])
         if not rows:
             continue
-        found += rows
         studied.append(workload)
         target = spec.load(f"testbed/tta_{workload}.yaml").jobs[0].target
         lines += table(workload, target, rows) + [""]
         plots.mkdir(parents=True, exist_ok=True)
         plot(workload, rows, plots / f"tta_{workload}.png")
-    loads = [json.loads(p.read_text())[0] for w in studied for p in (out / w).glob("*/load.json")]
+    loads = [json.loads(p.read_text())[0] for out in studies for w in studied for p in (out / w).glob("*/load.json")]
     if loads:
         lines.append(f"The machine's 1-minute load average as each run began: {min(loads):.1f} to {max(loads):.1f} (2 cores).")
-    return lines + [f"From `sudo python -m benchmarks.time_to_accuracy --workloads {' '.join(studied)} --links "
-                    f"{' '.join(f'{bw:g}' for bw in sorted({r['bw'] for r in found}))} --seeds {' '.join(map(str, sorted({r['seed'] for r in found})))}`."]  # fmt: skip
+    commands = [f"`{(out / COMMAND).read_text().strip()}`" for out in studies]
+    return lines + ["From " + commands[0] + "".join(f"; the rows of the jobs it ran again from {c}" for c in commands[1:]) + "."]
 
 
 def main() -> None:
@@ -157,22 +180,28 @@ def main() -> None:
     parser.add_argument("--links", type=float, nargs="+", default=[100, 1000], help="link speeds, Mbit/s")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--out", help="results folder (default testbed-results/tta-UTCTIME)")
-    parser.add_argument("--tables-from", help="make the tables from this finished study's folder; run nothing")
+    parser.add_argument("--jobs", nargs="+", default=[], help="only these jobs of the run files (default: all)")
+    parser.add_argument("--tables-from", nargs="+", default=[],
+                        help="make the tables from these finished studies' folders (a job's rows from the last); run nothing")
     parser.add_argument("--docs", help="put the tables between the markers of this file (e.g. docs/time_to_accuracy.md)")
     parser.add_argument("--plots", default="testbed/plots", help="where the plots go")
     args = parser.parse_args()
-    out = Path(args.tables_from or args.out or f"testbed-results/tta-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-    if not args.tables_from:
+    studies = [Path(folder) for folder in args.tables_from]
+    if not studies:
+        out = Path(args.out or f"testbed-results/tta-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / COMMAND).write_text(" ".join(["sudo python -m benchmarks.time_to_accuracy", *sys.argv[1:]]) + "\n")
+        studies = [out]
         for workload in args.workloads:
             for bw in args.links:
                 for seed in args.seeds:
                     folder = out / workload / f"{bw:g}M-seed{seed}"
                     folder.mkdir(parents=True, exist_ok=True)
                     (folder / "load.json").write_text(json.dumps(os.getloadavg()))  # what else ran on the machine
-                    run_testbed(str(run_file(workload, bw, out / "runs")), folder, seed, "priority")
-    lines = tabulate(out, args.workloads, Path(args.plots))
+                    run_testbed(str(run_file(workload, bw, out / "runs", args.jobs)), folder, seed, "priority")
+    lines = tabulate(studies, args.workloads, Path(args.plots))
     print("\n".join(lines))
-    (out / "tables.md").write_text("\n".join(lines) + "\n")
+    (studies[-1] / "tables.md").write_text("\n".join(lines) + "\n")
     if args.docs:
         write_docs(Path(args.docs), lines)
 

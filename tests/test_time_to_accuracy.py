@@ -99,3 +99,15 @@ def test_the_tables_replace_what_stands_between_the_docs_markers(tmp_path):
     docs.write_text(f"intro\n{publish.BEGIN}\nold\n{publish.END}\nafter\n")
     publish.write_docs(docs, ["new", "table"])
     assert docs.read_text() == f"intro\n{publish.BEGIN}\nnew\ntable\n{publish.END}\nafter\n"
+
+
+def test_a_study_of_some_jobs_replaces_their_rows_and_keeps_the_others(tmp_path):
+    first = [_row("fp32", 100, 0, 30.0), _row("topk", 100, 0, 20.0), _row("thc8-collective", 100, 0, 40.0)]
+    again = [_row("thc8-collective", 100, 0, 10.0), _row("fp32", 100, 0, 20.0)]
+    rows = time_to_accuracy.latest_rows([first, again])
+    assert [(r["job"], r["time_to_target"]) for r in rows] == [("fp32", 20.0), ("topk", 20.0), ("thc8-collective", 10.0)]
+    path = time_to_accuracy.run_file("convnet", 1000, tmp_path, ["fp32", "thc8-collective"])
+    document = spec.load(str(path))
+    assert [j.name for j in document.jobs] == ["fp32", "thc8-collective"] and document.link.bw == 1000
+    with pytest.raises(SystemExit, match="no job \\['thc9'\\]"):
+        time_to_accuracy.run_file("convnet", 1000, tmp_path, ["thc9"])
