@@ -4,7 +4,8 @@ Worker processes (4 by default) joined by a gloo process group reduce vectors of
 coordinates (4-bit indices, g = 30, so 8-bit lanes) through each transport's `table_sum`,
 exactly as the hook calls it:
 
-- collective: torch.distributed (gloo) all_reduce of the uint8 table values;
+- collective: `CollectiveTransport`, a torch.distributed (gloo) all_reduce of the table values in
+  lanes (nine 7-bit sums an int64 for 4 workers, `compression.collective_packing`);
 - switch: `SwitchTransport`, table values in 8-bit lanes through a software switch and PS;
 - ps: `PSTransport`, 4-bit indices to the PS alone.
 

@@ -94,13 +94,15 @@ class THCCodec:
     collectives marked (a single worker here, so they are no-ops):
 
     >>> import torch
-    >>> from ina.compression import THCCodec, THCConfig, collective_sum_dtype
+    >>> from ina.compression import THCCodec, THCConfig, collective_packing
     >>> codec, workers = THCCodec(THCConfig(), seed=0), 1
     >>> x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
     >>> norm = x.norm()  # all_reduce(norm, op=MAX): the shared scale M
     >>> indices = codec.encode(x, norm, round=0, bucket=0, worker=0)
-    >>> total = codec.table_values(indices).to(collective_sum_dtype(workers, codec.config.granularity))
-    >>> # all_reduce(total, op=SUM): integers, summed exactly by switches and collectives alike
+    >>> packing = collective_packing(workers, codec.config.granularity)  # lanes no sum can overflow
+    >>> words = packing.pack(codec.table_values(indices))
+    >>> # all_reduce(words, op=SUM): integers, summed exactly by switches and collectives alike
+    >>> total = packing.unpack(words, indices.numel())
     >>> mean = codec.decode(total, workers, norm, round=0, bucket=0, length=x.numel())
     >>> bool((mean - x).norm() ** 2 / x.norm() ** 2 < 0.05)
     True

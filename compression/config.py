@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .lanes import collective_sum_dtype
+from .lanes import collective_packing
 from .table import _require_clip, _require_int, clip_threshold, thc_table, uniform_table, MAX_BITS, MAX_GRANULARITY
 
 
@@ -58,5 +58,5 @@ class THCConfig:
         return clip_threshold(self.clip)
 
     def check_workers(self, workers: int) -> None:
-        """Raise ValueError unless ``workers`` table values always sum within int32."""
-        collective_sum_dtype(workers, self.granularity)
+        """Raise ValueError unless ``workers`` table values always sum within a collective's int64 lanes."""
+        collective_packing(workers, self.granularity)

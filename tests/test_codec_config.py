@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import torch
 
-from ina.compression import THCConfig, collective_sum_dtype, sum_lane_bits, thc_table, uniform_table
+from ina.compression import THCConfig, collective_packing, sum_lane_bits, thc_table, uniform_table
 
 
 def test_defaults_are_the_reference_ones():
@@ -57,9 +57,9 @@ def test_uniform_rejects_bad_bits():
 def test_check_workers():
     config = THCConfig()
     config.check_workers(1)
-    config.check_workers((2**31 - 1) // 30)
+    config.check_workers((2**63 - 1) // 30)  # the collective's widest lane: one a whole int64
     with pytest.raises(ValueError, match="workers"):
-        config.check_workers((2**31 - 1) // 30 + 1)
+        config.check_workers((2**63 - 1) // 30 + 1)
     with pytest.raises(ValueError, match="workers"):
         config.check_workers(0)
 
@@ -71,17 +71,18 @@ def test_sum_widths_never_overflow(granularity):
         width = sum_lane_bits(workers, granularity)
         assert largest <= 2**width - 1
         assert width == 8 or largest > 2 ** {16: 8, 32: 16}[width] - 1, "narrowest lane"
-        dtype = collective_sum_dtype(workers, granularity)
-        assert largest <= torch.iinfo(dtype).max
-        # The collective really sums in that dtype: every worker sends the largest value.
-        assert int(torch.full((workers,), granularity, dtype=dtype).cumsum(0, dtype=dtype)[-1]) == largest
+        packing = collective_packing(workers, granularity)
+        assert largest <= 2**packing.lane_bits - 1 and largest <= torch.iinfo(packing.sum_dtype).max
+        # The collective really sums in those words: every worker sends the largest value in every lane.
+        words = packing.pack(torch.full((packing.lanes,), granularity))
+        assert packing.unpack(words * workers, packing.lanes).tolist() == [largest] * packing.lanes
 
 
 def test_eight_bit_boundary():
     assert sum_lane_bits(255, 1) == 8 and sum_lane_bits(256, 1) == 16
-    assert collective_sum_dtype(255, 1) == torch.uint8 and collective_sum_dtype(256, 1) == torch.int32
-    assert collective_sum_dtype(8, 30) == torch.uint8  # 240: the reference's 8 workers still fit
-    assert collective_sum_dtype(9, 30) == torch.int32  # 270: the reference would wrap here
+    assert collective_packing(255, 1).word == torch.uint8 and collective_packing(256, 1).lane_bits == 9
+    assert collective_packing(8, 30).word == torch.uint8  # 240: the reference's 8 workers still fit
+    assert collective_packing(9, 30).sum_dtype == torch.int32  # 270: the reference would wrap here
     assert sum_lane_bits(2**16 - 1, 1) == 16 and sum_lane_bits(2**16, 1) == 32
 
 
@@ -89,9 +90,9 @@ def test_beyond_the_widest_sum_raises():
     assert sum_lane_bits(1, 2**32 - 1) == 32
     with pytest.raises(ValueError, match="workers"):
         sum_lane_bits(2, 2**32 - 1)
-    assert collective_sum_dtype(1, 2**31 - 1) == torch.int32
+    assert collective_packing(1, 2**63 - 1).word == torch.int64
     with pytest.raises(ValueError, match="workers"):
-        collective_sum_dtype(2, 2**31 - 1)
+        collective_packing(2, 2**63 - 1)
 
 
 @pytest.mark.parametrize("args,name", [((0, 30), "workers"), ((2, -1), "max_value"), ((2.0, 30), "workers")])
@@ -99,4 +100,4 @@ def test_sum_width_arguments_are_checked(args, name):
     with pytest.raises(ValueError, match=name):
         sum_lane_bits(*args)
     with pytest.raises(ValueError, match=name):
-        collective_sum_dtype(*args)
+        collective_packing(*args)

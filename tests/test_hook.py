@@ -108,13 +108,13 @@ def test_buckets_of_each_float_dtype_are_averaged(dtype):
     for result in run_workers(_averaged_gradients, 2, dtype, 4, 30):
         assert result["dtype"] == dtype
         assert result["relative error"] < 0.3
-        assert result["compressed bytes"] == 4 + result["padded"]  # uint8 sums: 2 * 30 <= 255
+        assert result["compressed bytes"] == 4 + 4 * -(-result["padded"] // 5)  # 2 * 30 < 2**6: five lanes an int32
 
 
-def test_sums_widen_to_int32_when_uint8_could_overflow():
+def test_sums_widen_to_9_bit_lanes_when_uint8_could_overflow():
     for result in run_workers(_averaged_gradients, 2, torch.float32, 8, 255):
         assert result["relative error"] < 0.3  # wrapped uint8 sums would be far off
-        assert result["compressed bytes"] == 4 + 4 * result["padded"]
+        assert result["compressed bytes"] == 4 + 8 * -(-result["padded"] // 7)  # 2 * 255 < 2**9: seven an int64
 
 
 def _byte_counts_per_step(rank: int, workers: int) -> list[dict]:
@@ -155,7 +155,7 @@ def test_warm_up_and_small_buckets_take_plain_allreduce():
             large = [n for n in counts["sizes"] if n >= 1024]
             assert small and large, counts
             assert counts["plain"] == 4 * sum(small)
-            assert counts["compressed"] == sum(4 + counts["padded"][n] for n in large)
+            assert counts["compressed"] == sum(4 + 4 * -(-counts["padded"][n] // 5) for n in large)  # 5 lanes an int32
 
 
 def _register_and_step(rank: int, workers: int) -> float:

@@ -38,9 +38,9 @@ def test_bad_configurations_say_what_to_change(options, complaint):
 
 
 def test_too_many_workers_for_the_sum_width_is_refused():
-    THCState(process_group=FakeGroup(8_000_000), granularity=255)  # 2.04e9 sums fit in int32
+    THCState(process_group=FakeGroup((2**63 - 1) // 255), granularity=255)  # sums fit an int64 word
     with pytest.raises(ValueError, match="workers"):
-        THCState(process_group=FakeGroup(9_000_000), granularity=255)
+        THCState(process_group=FakeGroup((2**63 - 1) // 255 + 1), granularity=255)
 
 
 def test_the_default_group_must_exist():

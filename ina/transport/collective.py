@@ -4,16 +4,18 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, collective_sum_dtype
+from ina.compression import THCCodec, collective_packing
 from ina.transport.base import Transport, norm_word, word_norm
 
 
 class CollectiveTransport(Transport):
     """All-reduce MAX of the norms and all-reduce SUM of the table values on ``process_group``.
 
-    THC is homomorphic, so the integers are summed as they are: 1 byte per coordinate while
-    workers * granularity <= 255, else 4 (gloo and NCCL have no 16-bit integer sum). Tensors
-    stay on the bucket's device, so NCCL works on CUDA buckets and gloo on CPU ones.
+    THC is homomorphic, so the integers are summed as they are, packed as lanes of words no sum
+    can overflow (``compression.collective_packing``): gloo and NCCL have no 16-bit integer sum,
+    but several b-bit lanes share an int32 or int64, e.g. 8-bit THC on 4 workers sends 1.33
+    bytes a coordinate, not an int32's 4. Tensors stay on the bucket's device, so NCCL works on
+    CUDA buckets and gloo on CPU ones.
 
     Every rank must call it in the same order, as for any collective: the hook does so by
     issuing both reductions from its own call, never from a completion callback. It sums the
@@ -41,9 +43,11 @@ class CollectiveTransport(Transport):
     def table_sum(
         self, values: torch.Tensor, codec: THCCodec, workers: int, *, bucket: int
     ) -> torch.futures.Future[torch.Tensor]:
-        values = values.to(collective_sum_dtype(workers, codec.config.granularity))
-        self.bytes_sent += values.numel() * values.element_size()
-        return self._all_reduce(values, dist.ReduceOp.SUM).then(lambda fut: fut.value()[0])
+        """The sums of ``values`` over the group: their lanes' words all-reduced, unpacked when done."""
+        packing, length = collective_packing(workers, codec.config.granularity), values.numel()
+        words = packing.pack(values)
+        self.bytes_sent += words.numel() * words.element_size()
+        return self._all_reduce(words, dist.ReduceOp.SUM).then(lambda fut: packing.unpack(fut.value()[0], length))
 
     def close(self) -> None:
         """Nothing to release: the process group belongs to the caller."""

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from ina.compression import THCCodec, collective_sum_dtype
+from ina.compression import SumPacking, THCCodec, collective_packing
 from ina.transport.base import Transport, norm_word, word_norm
 from ina.transport.errors import TransportError, too_many_workers
 
@@ -140,7 +140,9 @@ class HierarchicalTransport(Transport):
     total, in submission order, once it is done, with a status element after it, on a second node
     group, so that the hook's thread issues the next bucket's reductions meanwhile and the two
     never interleave differently on different ranks. A leader whose reduction failed sends a
-    failed status, and its node's ranks raise TransportError instead of waiting.
+    failed status, and its node's ranks raise TransportError instead of waiting. The node's reduce
+    and broadcast carry the sums in the lanes a flat collective packs them in
+    (``compression.collective_packing``: 1.33 bytes a sum for 8-bit THC on 4 ranks, not 4).
 
     ``process_group`` must hold every rank of the job: torch creates subgroups with every rank.
     ``bytes_sent`` counts what leaves the node: the inner transport's bytes on the leader, 0 elsewhere.
@@ -241,41 +243,45 @@ class HierarchicalTransport(Transport):
     ) -> torch.futures.Future[torch.Tensor]:
         """The node's sum to the leader, which reduces it through inner; the total comes back to the node.
 
-        The sums are in the dtype a flat collective of ``workers`` ranks uses, so they cannot overflow."""
-        total = values.to(collective_sum_dtype(workers, codec.config.granularity))
+        Inside the node the sums travel as a flat collective of ``workers`` ranks packs them
+        (``compression.collective_packing``), so they cannot overflow; inner gets them unpacked."""
+        packing, length = collective_packing(workers, codec.config.granularity), values.numel()
         if self._size == 1:
-            return self.inner.table_sum(total, codec, workers, bucket=bucket)
-        reduced = dist.reduce(total, dst=self._leader, group=self._node, async_op=True)
+            return self.inner.table_sum(values.to(packing.sum_dtype), codec, workers, bucket=bucket)
+        words = packing.pack(values)
+        reduced = dist.reduce(words, dst=self._leader, group=self._node, async_op=True)
         if not self._leads:
-            delivered = torch.empty(total.numel() + 1, dtype=total.dtype, device=total.device)
+            delivered = torch.empty(words.numel() + 1, dtype=words.dtype, device=words.device)
             work = dist.broadcast(delivered, src=self._leader, group=self._results, async_op=True)
-            return work.get_future().then(lambda fut: self._received(fut, reduced, delivered))
+            return work.get_future().then(lambda fut: self._received(fut, reduced, packing, delivered, length))
         reduced.wait()
         try:
-            future = self.inner.table_sum(total, codec, workers, bucket=bucket)
+            future = self.inner.table_sum(packing.unpack(words, length), codec, workers, bucket=bucket)
         except Exception as error:  # noqa: BLE001 - delivered as a failure, so the node does not wait
-            future = _failed(error, total.device)
+            future = _failed(error, words.device)
         assert self._deliveries is not None
-        self._deliveries.put((future, total))
+        self._deliveries.put((future, packing, words))
         return future
 
-    def _received(self, broadcast: torch.futures.Future, reduced: dist.Work, delivered: torch.Tensor) -> torch.Tensor:
+    def _received(self, broadcast: torch.futures.Future, reduced: dist.Work, packing: SumPacking,
+                  delivered: torch.Tensor, length: int) -> torch.Tensor:  # fmt: skip
         """The total the leader broadcast, or the error of the broadcast, of this rank's reduce (done by
         now: the leader broadcasts once it holds the node's sum) or of the leader's reduction."""
         broadcast.value()
         reduced.wait()
         if int(delivered[-1]):
             raise self._leader_failed()
-        return delivered[:-1]
+        return packing.unpack(delivered[:-1], length)
 
     def _deliver(self, deliveries: queue.Queue) -> None:
-        """The leader's thread: broadcast each total to the node in submission order, once it is done."""
+        """The leader's thread: broadcast each total to the node in submission order, once it is done,
+        in the words of the node's reduce (``like``), with a status word after them."""
         while (item := deliveries.get()) is not None:
-            future, like = item
+            future, packing, like = item
             with torch.cuda.device(like.device) if like.is_cuda else contextlib.nullcontext():  # this thread's GPU
                 message = torch.zeros(like.numel() + 1, dtype=like.dtype, device=like.device)
                 try:
-                    message[:-1] = future.wait()
+                    message[:-1] = packing.pack(future.wait())
                 except Exception:  # noqa: BLE001 - the hook's future carries it; the node gets a failed status
                     message[-1] = 1
                 try:
