@@ -66,13 +66,19 @@ def rows_of(folder: Path) -> list[dict[str, Any]]:
 
 
 def latest_rows(studies: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The rows of several studies of one workload, each job's from the last study that ran it, in the first's order."""
-    rows: list[dict[str, Any]] = []
-    for later in studies:
-        rerun = {row["job"] for row in later}
-        rows = [row for row in rows if row["job"] not in rerun] + later
-    order = list(dict.fromkeys(row["job"] for study in studies for row in study))
+    """The rows of several studies of one workload, in the first's order of jobs, each tagged with its study's index and
+    whether a later study ran its job again (`superseded`: not shown, but its fp32 is the speed-ups' base in its study)."""
+    rows = []
+    for index, study in enumerate(studies):
+        later = {row["job"] for again in studies[index + 1 :] for row in again}
+        rows += [{**row, "study": index, "superseded": row["job"] in later} for row in study]
+    order = list(dict.fromkeys(row["job"] for row in rows))
     return sorted(rows, key=lambda row: order.index(row["job"]))
+
+
+def shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a table shows: none that a later study superseded."""
+    return [row for row in rows if not row.get("superseded")]
 
 
 def mean(values: list[float]) -> Optional[float]:
@@ -82,17 +88,20 @@ def mean(values: list[float]) -> Optional[float]:
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, Any]]:
     """Per (method, link), a method being a job of the run file (PowerSGD's ranks are two): the seeds' mean time to
     target (of those that met it, with how many did), the final metric, bytes sent per worker per step and median
-    step time, and fp32's mean time to target over this one."""
+    step time, and fp32's mean time to target over this one's, fp32's of the same study (latest_rows): ratios side by
+    side in one run."""
     cells: dict[tuple[str, float], dict[str, Any]] = {}
-    for method, bw in dict.fromkeys((r["job"], r["bw"]) for r in rows):
-        mine = [r for r in rows if (r["job"], r["bw"]) == (method, bw)]
+    for method, bw in dict.fromkeys((r["job"], r["bw"]) for r in shown(rows)):
+        mine = [r for r in shown(rows) if (r["job"], r["bw"]) == (method, bw)]
         reached = [r["time_to_target"] for r in mine if r["time_to_target"] is not None]
         final = [r["test_loss"] if r.get("test_loss") is not None else r["accuracy"] for r in mine]
         cells[(method, bw)] = {"tta": mean(reached), "reached": len(reached), "runs": len(mine), "final": mean(final),
                                "mb_per_step": mean([r["tx_bytes_per_worker_step"] / 1e6 for r in mine]),
-                               "step_time": mean([r["step_time_median"] for r in mine]), "loss_metric": mine[0].get("test_loss") is not None}  # fmt: skip
+                               "step_time": mean([r["step_time_median"] for r in mine]), "loss_metric": mine[0].get("test_loss") is not None,
+                               "study": mine[0].get("study", 0)}  # fmt: skip
     for (method, bw), cell in cells.items():
-        base = cells.get(("fp32", bw), {}).get("tta")
+        base = mean([r["time_to_target"] for r in rows if (r["job"], r["bw"], r.get("study", 0)) == ("fp32", bw, cell["study"])
+                     and r["time_to_target"] is not None])  # fmt: skip
         cell["speedup"] = base / cell["tta"] if base and cell["tta"] and cell["reached"] == cell["runs"] else None
     return cells
 
@@ -101,7 +110,7 @@ def table(workload: str, target: float, rows: list[dict[str, Any]]) -> list[str]
     """The markdown table of one workload: a row per method, a group of columns per link speed."""
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
-    methods = list(dict.fromkeys(r["job"] for r in rows))
+    methods = list(dict.fromkeys(r["job"] for r in shown(rows)))
     loss = next(iter(cells.values()))["loss_metric"]
     final = "loss" if loss else "accuracy"
     seeds = sorted({r["seed"] for r in rows})
@@ -134,7 +143,7 @@ def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
 
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
-    methods = list(dict.fromkeys(r["job"] for r in rows))
+    methods = list(dict.fromkeys(r["job"] for r in shown(rows)))
     final = "test loss" if next(iter(cells.values()))["loss_metric"] else "test accuracy"
     panels = (("tta", "time to target (s; no bar: not reached)"), ("final", f"final {final}"), ("mb_per_step", "MB sent per worker per step"))
     figure, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))
@@ -171,7 +180,8 @@ def tabulate(studies: list[Path], workloads: list[str], plots: Path) -> list[str
     if loads:
         lines.append(f"The machine's 1-minute load average as each run began: {min(loads):.1f} to {max(loads):.1f} (2 cores).")
     commands = [f"`{(out / COMMAND).read_text().strip()}`" for out in studies]
-    return lines + ["From " + commands[0] + "".join(f"; the rows of the jobs it ran again from {c}" for c in commands[1:]) + "."]
+    again = "".join(f"; the rows of the jobs it ran again from {c}" for c in commands[1:])
+    return lines + ["From " + commands[0] + again + (" (each speed-up over fp32 of the study that measured the row)." if again else ".")]
 
 
 def main() -> None:

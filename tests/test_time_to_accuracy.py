@@ -104,8 +104,10 @@ def test_the_tables_replace_what_stands_between_the_docs_markers(tmp_path):
 def test_a_study_of_some_jobs_replaces_their_rows_and_keeps_the_others(tmp_path):
     first = [_row("fp32", 100, 0, 30.0), _row("topk", 100, 0, 20.0), _row("thc8-collective", 100, 0, 40.0)]
     again = [_row("thc8-collective", 100, 0, 10.0), _row("fp32", 100, 0, 20.0)]
-    rows = time_to_accuracy.latest_rows([first, again])
-    assert [(r["job"], r["time_to_target"]) for r in rows] == [("fp32", 20.0), ("topk", 20.0), ("thc8-collective", 10.0)]
+    lines = time_to_accuracy.table("convnet", 0.97, time_to_accuracy.latest_rows([first, again]))
+    # fp32 and thc8-collective as the later study measured them, each speed-up over fp32 of its own study
+    assert lines[4:] == ["| fp32 | 20.0 | 1.00 | 98.0% | 2.00 | 0.500 |", "| topk | 20.0 | 1.50 | 98.0% | 2.00 | 0.500 |",
+                         "| thc8-collective | 10.0 | 2.00 | 98.0% | 2.00 | 0.500 |"]  # fmt: skip
     path = time_to_accuracy.run_file("convnet", 1000, tmp_path, ["fp32", "thc8-collective"])
     document = spec.load(str(path))
     assert [j.name for j in document.jobs] == ["fp32", "thc8-collective"] and document.link.bw == 1000
