@@ -446,9 +446,10 @@ def slow_class_commands(device: str, mbit: float) -> str:
     """Shell commands: the slow class of a link's end that reorders (`mbit`: the link's rate; 0: unshaped, which first
     gets TCLink's HTB at UNSHAPED_MBIT). The reorder rule marks packets with its id as their priority, which HTB
     classifies by before its filters, so the priority queues' filters never see them. It sits under TCLink's class
-    5:1 at the lowest priority with an own rate of 8 bit/s: it sends only what 5:1 lends when no other class of the
-    link has a packet, so a marked packet leaves after every later one queued meanwhile (the first after a minute
-    idle may instead jump ahead, on its own rate's tokens). On a link that never queues, nothing is reordered."""
+    5:1 at the lowest priority with an own rate of 8 bit/s: it sends only what 5:1 lends when the link's other
+    classes are empty (but queue 0's, which has its priority: round robin), so a marked packet leaves after the
+    later ones queued meanwhile (the first after a minute idle may instead jump ahead, on its own rate's tokens).
+    On a link that never queues, nothing is reordered."""
     lines = [] if mbit else [f"tc qdisc add dev {device} root handle 5:0 htb default 1",
                              f"tc class add dev {device} parent 5:0 classid 5:1 htb rate {UNSHAPED_MBIT:g}mbit burst 15k"]  # fmt: skip
     rate = mbit or UNSHAPED_MBIT
