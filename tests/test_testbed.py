@@ -246,3 +246,29 @@ def test_two_ranks_on_each_host_sum_inside_the_host_first_and_train_as_the_flat_
     registered = re.findall(rf"ina switch: job {job} registered by .*: (\d+) workers", (out / "esa" / "switch.log").read_text())
     assert registered == ["2"], registered  # one worker per host
     assert_nothing_left(out, interfaces)
+
+
+@needs_testbed
+def test_links_that_reorder_keep_their_slow_class_under_either_queues_count_what_it_sent_and_drain():
+    """No jobs, the network alone: every end of a link that reorders, shaped or not (the PS's), has the slow class
+    that its rule marks packets for, which the switch ports' priority queues and their FIFO leave in place; a burst
+    from worker 0 to worker 1 and to the PS puts marked packets through it at both ends of each link, and the
+    network drains them."""
+    from ina.testbed import spec
+    from ina.testbed.network import SLOW_CLASS, Network, _check
+
+    run = spec.parse({"topology": {"workers": 2, "link": {"bw": 10, "reorder": 10}, "ps_link": {"bw": 0}}, "jobs": [{"workers": 2}]})
+    burst = "import socket, sys\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor _ in range(300): s.sendto(bytes(400), (sys.argv[1], 9))"
+    with Network(run) as network:
+        sender, receiver = network.workers
+        for priority in (True, False):
+            network.prioritize(priority)
+            before = sum(network.reordered().values())
+            for ip in (receiver.ip, network.ps.ip):
+                _check(sender.node, sys.executable, "-c", burst, ip)
+            assert network.drain(timeout=30) < 30
+            assert sum(network.reordered().values()) - before > 20, network.reordered()
+        ends = [intf for pair in network.links for intf in pair]
+        assert all(SLOW_CLASS in _check(intf.node, "tc", "class", "show", "dev", intf.name) for intf in ends)
+        sent = network.reordered()  # the host's end and the switch's ports toward worker 1 and the PS
+        assert sent[sender.interface] > 0 and sum(count for name, count in sent.items() if name.startswith(f"{network.tag}sw")) > 0, sent

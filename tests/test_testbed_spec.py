@@ -49,6 +49,14 @@ def test_links_may_duplicate_packets_which_the_uplinks_take_from_every_hosts_lin
     assert quiet_uplinks.impaired and (quiet_uplinks.link.duplicate, quiet_uplinks.uplink_link.duplicate) == (0.0, 0.5)
 
 
+def test_links_may_reorder_packets_in_every_link_spec_which_takes_the_hosts_link_unless_told():
+    run = spec.parse({"topology": {"link": {"reorder": 1}, "ps_link": {"bw": 20}, "racks": [[0], [1]], "uplink": {"reorder": 0.5}},
+                      "jobs": [{"workers": 2}]})  # fmt: skip
+    assert run.impaired and (run.link.loss, run.link.duplicate) == (0, 0)
+    assert (run.link.reorder, run.ps_host_link.reorder, run.uplink_link.reorder) == (1.0, 1.0, 0.5)
+    assert spec.parse({"jobs": [{}]}).link.reorder == 0 and not spec.parse({"topology": {"link": {"reorder": 0}}, "jobs": [{}]}).impaired
+
+
 def test_racks_put_every_worker_host_under_one_leaf_with_uplinks_to_the_spine():
     run = spec.parse({"topology": {"link": {"bw": 100, "loss": 1}, "racks": [[0, 1], [2, 3, 4], [5, 6]], "uplink": {"bw": 50}},
                       "faults": [{"at": 5, "stop": "spine"}, {"at": 6, "stop": "leaf2"}, {"at": 9, "start": "spine"}],
@@ -112,6 +120,9 @@ def test_under_static_each_switch_job_of_a_phase_gets_a_power_of_two_share_of_th
         ({"jobs": [{}], "topology": {"ps_link": {"bw": -5}}}, "topology.ps_link.bw: -5.0"),
         ({"jobs": [{}], "topology": {"ps_link": {"speed": 5}}}, "topology.ps_link: unknown field(s) ['speed']"),
         ({"jobs": [{}], "topology": {"link": {"duplicate": 60}}}, "topology.link.duplicate: 60.0: must be between 0 and 50"),
+        ({"jobs": [{}], "topology": {"link": {"reorder": 51}}}, "topology.link.reorder: 51.0: must be between 0 and 50"),
+        ({"jobs": [{}], "topology": {"ps_link": {"reorder": "often"}}}, "topology.ps_link.reorder: expected a number"),
+        ({"jobs": [{}], "topology": {"racks": [[0], [1]], "uplink": {"reorder": -1}}}, "topology.uplink.reorder: -1.0: must be between 0 and 50"),
         ({"jobs": [{}], "switch": {"priority_queues": True}}, "switch.priority_queues: replaced by switch.queues"),
             ({"jobs": [{}], "switch": {"queues": "wfq"}}, "switch.queues"),
         ({"jobs": [{}], "switch": {"max_pps": -1}}, "switch.max_pps: -1.0: must be between 0"),

@@ -394,12 +394,20 @@ static inline int ina_loop_init(ina_loop *loop, unsigned messages) {
     return 0;
 }
 
+/* Whether sends may be GSO runs: not under INA_UDP_GSO=0, as ina/net/udp.py's BatchSocket reads it (the testbed's
+ * impaired links: their per-packet nftables rules would drop, duplicate or delay a whole run as one packet). */
+static inline int ina_gso_allowed(void) {
+    const char *gso = getenv("INA_UDP_GSO");
+    return gso == NULL || strcmp(gso, "0") != 0;
+}
+
 /* Serve the bound UDP socket `fd` from now on, and read `group` (-1: none) beside it, with GRO and GSO where
- * the kernel has them. */
+ * the kernel has them (GSO where INA_UDP_GSO allows it). */
 static inline void ina_loop_attach(ina_loop *loop, int fd, int group) {
     int gro = ina_enable_gro(fd);
     if (group >= 0) ina_enable_gro(group);
-    loop->fd = fd, loop->group = group, loop->rx.gro = gro, loop->tx.gso = gro; /* a kernel with GRO has GSO too */
+    loop->fd = fd, loop->group = group, loop->rx.gro = gro;
+    loop->tx.gso = gro && ina_gso_allowed(); /* a kernel with GRO has GSO too */
 }
 
 static inline void ina_loop_free(ina_loop *loop) {

@@ -2,10 +2,11 @@
 
 Every node is a plain Mininet ``Host`` (a shell in a network namespace of its own): the worker
 hosts, the PS host and the switch node. Each worker host and the PS host has one link to the
-switch node, shaped by Mininet's ``TCLink`` (bandwidth: HTB) and, for loss, by an nftables
-``netdev`` egress rule on both ends of the link (this works on kernels without ``sch_netem``,
-which TCLink's loss and delay need; delay still needs it). What forwards in the switch node is
-chosen by the run file:
+switch node, shaped by Mininet's ``TCLink`` (bandwidth: HTB) and, for loss, duplication and
+reordering, by nftables ``netdev`` egress rules on both ends of the link (this works on kernels
+without ``sch_netem``, which TCLink's loss and delay need; delay still needs it): a reordered
+packet is marked for a slow HTB class that sends only when the link's other classes are empty.
+What forwards in the switch node is chosen by the run file:
 
 - ``software``: a Linux bridge joins the switch node's ports (the workers' own TCP, ARP) and
   carries the switch's address, where ``ina switch`` listens;
@@ -46,7 +47,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Optional
 
-from ina.net.impair import chain_name, egress_rules
+from ina.net.impair import chain_name, egress_rules, rule_counters
 from ina.protocol.constants import EGRESS_QUEUES, FLAGS_OFFSET, KIND_OFFSET, MAGIC, PRIORITY_OFFSET, Flag, Kind
 from ina.testbed.spec import Link as LinkSpec
 from ina.testbed.spec import Run
@@ -60,6 +61,10 @@ UDP_PAYLOAD = 28
 """Offset of the UDP payload from the IPv4 header (no IP options: the filters check IHL = 5)."""
 DRAIN_TIMEOUT = 120.0
 """Seconds a round waits for the last one's queued packets; a 1000-packet queue at 1 Mbit/s drains in 12."""
+SLOW_CLASS = "5:2"
+"""The HTB class, under TCLink's 5:1, that a reordering link's rule marks packets for (ina.net.impair.egress_rules)."""
+UNSHAPED_MBIT = 10_000.0
+"""The rate of the HTB that an unshaped link gets where it reorders: TCLink's layout, for the slow class to sit in."""
 
 
 class TestbedUnavailable(RuntimeError):
@@ -101,7 +106,7 @@ def why_not(run: Optional[Run] = None) -> Optional[str]:
     if run is None:
         return None
     if run.impaired and shutil.which("nft") is None:
-        return "link loss and duplication are emulated with nftables: install nftables (`apt-get install nftables`)"
+        return "link loss, duplication and reordering are emulated with nftables: install nftables (`apt-get install nftables`)"
     if max(link.delay for link in run.links) > 0 and not netem_available():
         return ("link delay needs the kernel's sch_netem qdisc, which this kernel lacks (`modprobe sch_netem` fails); "
                 "set the links' delay to 0")  # fmt: skip
@@ -309,16 +314,24 @@ class Network:
             _ip_batch(node, [f"neigh replace {other} lladdr {mac} dev {device} nud permanent" for other, mac in addresses if other != ip])
 
     def _impair(self) -> None:
-        """Drop each link's `loss` percent of the packets leaving each of its ends and send its `duplicate` percent twice
-        (nftables, netdev egress: the kernel has no netem)."""
-        by_node: dict[tuple[Any, float, float], list[str]] = {}
+        """Drop each link's `loss` percent of the packets leaving each of its ends, send its `duplicate` percent twice and
+        hold its `reorder` percent back in a slow class until the later ones have left (nftables, netdev egress, and
+        HTB: the kernel has no netem)."""
+        by_node: dict[tuple[Any, float, float, float], list[str]] = {}
+        for intf, shape in self._impaired_ends():
+            by_node.setdefault((intf.node, shape.loss, shape.duplicate, shape.reorder), []).append(intf.name)
+            if shape.reorder:
+                _check(intf.node, "sh", "-c", slow_class_commands(intf.name, shape.bw))
+        for (node, loss, duplicate, reorder), names in by_node.items():
+            table = f"ina_testbed{round(loss * 1000)}_{round(duplicate * 1000)}_{round(reorder * 1000)}"
+            rules = egress_rules(table, names, loss / 100, duplicate / 100, reorder / 100, slow_class=SLOW_CLASS)
+            _check(node, "nft", "-f", "-", input=rules)
+
+    def _impaired_ends(self) -> Iterator[tuple[Any, LinkSpec]]:
+        """(interface, its link's shape) for both ends of every link that drops, duplicates or reorders."""
         for pair, shape in zip(self.links, self.shapes):
-            for intf in pair:
-                if shape.impaired:
-                    by_node.setdefault((intf.node, shape.loss, shape.duplicate), []).append(intf.name)
-        for (node, loss, duplicate), names in by_node.items():
-            table = f"ina_testbed{round(loss * 1000)}_{round(duplicate * 1000)}"
-            _check(node, "nft", "-f", "-", input=egress_rules(table, names, loss=loss / 100, duplicate=duplicate / 100))
+            if shape.impaired:
+                yield from ((intf, shape) for intf in pair)
 
     def _check_shaping(self) -> None:
         for pair, shape in zip(self.links, self.shapes):
@@ -335,23 +348,31 @@ class Network:
         for port, shape in self.ports:
             if shape.bw <= 0:
                 continue  # an unshaped veth has no queue to order
-            commands = priority_queue_commands(port.name, shape.bw) if on else fifo_commands(port.name)
+            commands = priority_queue_commands(port.name, shape.bw) if on else fifo_commands(port.name, shape.bw if shape.reorder else 0)
             _check(port.node, "sh", "-c", commands)
 
     def loss_counters(self) -> dict[str, int]:
         """Packets dropped by the loss rules, per interface (both ends of each link)."""
-        dropped: dict[str, int] = {}
-        interfaces = {chain_name(intf.name): intf.name for pair in self.links for intf in pair}
-        for node in {intf.node for pair, shape in zip(self.links, self.shapes) if shape.impaired for intf in pair}:
-            listing = _check(node, "nft", "list", "ruleset", "netdev")
-            chain = None
-            for line in listing.splitlines():
-                words = line.split()
-                if words[:1] == ["chain"]:
-                    chain = interfaces.get(words[1])
-                elif "packets" in words and chain:
-                    dropped[chain] = int(words[words.index("packets") + 1])
-        return dropped
+        return self._rule_counters().get("drop", {})
+
+    def duplicate_counters(self) -> dict[str, int]:
+        """Packets the duplication rules sent twice, per interface (both ends of each link that duplicates)."""
+        return self._rule_counters().get("dup", {})
+
+    def _rule_counters(self) -> dict[str, dict[str, int]]:
+        """The impairment rules' counters by action and interface (ina.net.impair.rule_counters)."""
+        chains = {chain_name(intf.name): intf.name for intf, _ in self._impaired_ends()}
+        counts: dict[str, dict[str, int]] = {}
+        for node in {intf.node for intf, _ in self._impaired_ends()}:
+            for action, by_interface in rule_counters(_check(node, "nft", "list", "ruleset", "netdev"), chains).items():
+                counts.setdefault(action, {}).update(by_interface)
+        return counts
+
+    def reordered(self) -> dict[str, int]:
+        """Packets each end of a reordering link sent through its slow class, behind the packets queued after them
+        (tc's counters; on an idle link one leaves at once, passed by none)."""
+        return {intf.name: slow_class_sent(_check(intf.node, "tc", "-s", "class", "show", "dev", intf.name, "classid", SLOW_CLASS))
+                for intf, shape in self._impaired_ends() if shape.reorder}  # fmt: skip
 
     def queue_drops(self) -> dict[str, int]:
         """Packets the links' queues dropped (tc's counters), per interface, where any were."""
@@ -421,6 +442,27 @@ class Network:
         self.close()
 
 
+def slow_class_commands(device: str, mbit: float) -> str:
+    """Shell commands: the slow class of a link's end that reorders (`mbit`: the link's rate; 0: unshaped, which first
+    gets TCLink's HTB at UNSHAPED_MBIT). The reorder rule marks packets with its id as their priority, which HTB
+    classifies by before its filters, so the priority queues' filters never see them. It sits under TCLink's class
+    5:1 at the lowest priority with an own rate of 8 bit/s: it sends only what 5:1 lends when the link's other
+    classes are empty (but queue 0's, which has its priority: round robin), so a marked packet leaves after the
+    later ones queued meanwhile (the first after a minute idle may instead jump ahead, on its own rate's tokens).
+    On a link that never queues, nothing is reordered."""
+    lines = [] if mbit else [f"tc qdisc add dev {device} root handle 5:0 htb default 1",
+                             f"tc class add dev {device} parent 5:0 classid 5:1 htb rate {UNSHAPED_MBIT:g}mbit burst 15k"]  # fmt: skip
+    rate = mbit or UNSHAPED_MBIT
+    lines.append(f"tc class add dev {device} parent 5:1 classid {SLOW_CLASS} htb rate 8bit ceil {rate:g}mbit prio {EGRESS_QUEUES - 1} quantum 1514")
+    return " && ".join([*lines, fifo_commands(device, rate)])
+
+
+def slow_class_sent(stats: str) -> int:
+    """The packets a class has sent, from its `tc -s class show` (0 where there is none)."""
+    sent = re.search(r"Sent \d+ bytes (\d+) pkt", stats)
+    return int(sent.group(1)) if sent else 0
+
+
 def priority_queue_commands(device: str, mbit: float) -> str:
     """Shell commands: TCLink's HTB class 5:1 (the link's rate) split into EGRESS_QUEUES classes that borrow its
     rate in priority order (HTB's `prio`; each is guaranteed a token 8 kbit/s, so the order is all but strict), each
@@ -428,9 +470,7 @@ def priority_queue_commands(device: str, mbit: float) -> str:
     step waits for it) in queue 1's, anything else in queue 0's. This kernel has HTB and u32 but not the prio qdisc."""
     ours = f"match u8 0x45 0xff at 0 match u8 17 0xff at 9 match u8 {MAGIC:#x} 0xff at {UDP_PAYLOAD}"
     lines = [fifo_commands(device)]
-    for queue in range(EGRESS_QUEUES):
-        lines.append(f"tc class add dev {device} parent 5:1 classid {_queue_class(queue)} htb rate 8kbit ceil {mbit:g}mbit "
-                     f"prio {EGRESS_QUEUES - 1 - queue}")  # fmt: skip
+    lines += [_queue_class_command(device, queue, mbit, prio=EGRESS_QUEUES - 1 - queue) for queue in range(EGRESS_QUEUES)]
     # (value, mask) of the priority byte: queue q takes 8(q-1) .. 8(q-1)+7, the top one 48 and up (prefixes 0011, 01, 1)
     priorities = {queue: [(8 * (queue - 1), 0xF8)] for queue in range(1, EGRESS_QUEUES - 1)}
     priorities[EGRESS_QUEUES - 1] = [(0x30, 0xF0), (0x40, 0xC0), (0x80, 0x80)]
@@ -440,7 +480,7 @@ def priority_queue_commands(device: str, mbit: float) -> str:
                          f"match u8 {value:#x} {mask:#x} at {UDP_PAYLOAD + PRIORITY_OFFSET} flowid {_queue_class(queue)}")  # fmt: skip
     lines.append(f"tc filter add dev {device} parent 5: protocol ip prio 1 u32 {ours} match u8 {Kind.RESULT:#x} 0xff at {UDP_PAYLOAD + KIND_OFFSET} "
                  f"match u8 {Flag.HOLD:#x} {Flag.HOLD:#x} at {UDP_PAYLOAD + FLAGS_OFFSET} flowid {_queue_class(1)}")  # fmt: skip
-    lines.append(f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}")
+    lines.append(_catch_all(device))
     return " && ".join(lines)
 
 
@@ -450,12 +490,24 @@ def queued_packets(stats: str) -> int:
     return max(map(int, re.findall(r"backlog \S+ (\d+)p", stats)), default=0)
 
 
-def fifo_commands(device: str) -> str:
+def fifo_commands(device: str, mbit: float = 0.0) -> str:
     """Shell commands that take the queues of `priority_queue_commands` away again (none there: nothing to do),
-    leaving TCLink's HTB class 5:1 a leaf with one FIFO."""
+    leaving TCLink's HTB class 5:1 a leaf with one FIFO; on a link with a slow class (`mbit`: the link's rate), whose
+    5:1 is an inner class, the one FIFO is queue 0's class, above the slow class, and takes every unmarked packet."""
     classes = " ".join(_queue_class(q) for q in range(EGRESS_QUEUES))
-    return (f"{{ tc filter del dev {device} parent 5: 2>/dev/null; "
-            f"for c in {classes}; do tc class del dev {device} classid $c 2>/dev/null; done; true; }}")
+    clear = (f"{{ tc filter del dev {device} parent 5: 2>/dev/null; "
+             f"for c in {classes}; do tc class del dev {device} classid $c 2>/dev/null; done; true; }}")  # fmt: skip
+    return " && ".join([clear, _queue_class_command(device, 0, mbit, prio=0), _catch_all(device)]) if mbit else clear
+
+
+def _queue_class_command(device: str, queue: int, mbit: float, prio: int) -> str:
+    """Egress queue `queue`'s class: guaranteed a token 8 kbit/s, it borrows the link's rate from 5:1 in `prio`'s order."""
+    return f"tc class add dev {device} parent 5:1 classid {_queue_class(queue)} htb rate 8kbit ceil {mbit:g}mbit prio {prio}"
+
+
+def _catch_all(device: str) -> str:
+    """The last filter: what no other filter classified goes to queue 0's class."""
+    return f"tc filter add dev {device} parent 5: protocol all prio 2 u32 match u32 0 0 flowid {_queue_class(0)}"
 
 
 def _queue_class(queue: int) -> str:

@@ -86,6 +86,10 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
                 sampler.stop()
             counters[policy] = services.stop_and_count() if services else {}
         counters["link_loss_drops"] = network.loss_counters()
+        if any(link.duplicate for link in run.links):
+            counters["link_duplicated"] = network.duplicate_counters()
+        if any(link.reorder for link in run.links):
+            counters["link_reordered"] = network.reordered()
         counters["link_queue_drops"] = network.queue_drops()
         counters["link_socket_drops"] = network.udp_buffer_drops()
     finally:
@@ -100,7 +104,8 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
 
 
 def _shape(link: Link) -> str:
-    return f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss" + (f", {link.duplicate:g}% duplicated" if link.duplicate else "")
+    extra = [f"{percent:g}% {what}" for percent, what in ((link.duplicate, "duplicated"), (link.reorder, "reordered")) if percent]
+    return ", ".join([f"{link.bw:g} Mbit/s, {link.delay:g} ms, {link.loss:g}% loss", *extra])
 
 
 def _record(out: Path, created: dict[str, Any], processes: Processes) -> None:

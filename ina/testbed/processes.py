@@ -157,8 +157,8 @@ that the token crosses the network in clear."""
 
 def base_environment(impaired: bool) -> dict[str, str]:
     """What every process of the run gets: this environment, unbuffered output, the run's token (and no
-    CA file: the control APIs speak plain HTTP) and, on links that drop or duplicate, one datagram per UDP message
-    (the nftables rules see a GSO run of datagrams as one packet)."""
+    CA file: the control APIs speak plain HTTP) and, on links that drop, duplicate or reorder, one datagram per UDP
+    message (the nftables rules see a GSO run of datagrams as one packet)."""
     env = dict(os.environ)
     env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", INA_TOKEN=RUN_TOKEN)
     for variable in ("INA_TOKEN_FILE", "INA_CA_FILE"):

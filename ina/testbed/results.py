@@ -7,7 +7,8 @@
 - ``jobs.csv`` and ``results.json``: one row per job and policy: the method, median step time
   once compression is on, bytes per worker per step, final loss and accuracy, JCT, the SHA-256 of
   the final parameters, the target and when it was first met (``time_to_target``, ``steps_to_target``), and the stretches of steps on each path (switch, ps, collective); ``results.json`` adds the switch's and the PS's counters per policy and
-  the packets the link loss dropped;
+  the packets the link loss dropped (and where links duplicate or reorder, those they sent twice and those their
+  slow queues held back);
 - ``loss_vs_time.png`` (loss against wall time per job and method), ``jct.png`` (JCT per job and
   policy), ``step_time.png`` (median step time per job) and, for jobs with a target,
   ``time_to_target.png``, when matplotlib is installed (the ``testbed`` extra).
@@ -35,6 +36,11 @@ UPLINK_COLUMNS = ("policy", "job", "method", "levels", "step", "rack", "up_bytes
 SWITCH_COUNTERS = ("aggregated", "completed", "preempted", "collision", "redirected", "flushed", "resend_forwarded")
 LEVEL_COUNTERS = ("sent_up", "descended")
 """A leaf's, where its switch counts them (docs/protocol.md, section 10)."""
+LINK_COUNTERS = {"link_loss_drops": "the loss rules dropped {} packets", "link_queue_drops": "full link queues dropped {} packets",
+                 "link_socket_drops": "full UDP socket buffers dropped {} packets",
+                 "link_duplicated": "the duplication rules sent {} packets twice",
+                 "link_reordered": "the reorder rules held back {} packets in the slow queues"}  # fmt: skip
+"""How the summary tells each of the links' counters in results.json (packets, summed over the interfaces)."""
 PS_COUNTERS = ("pieces", "completed", "duplicate", "results_replayed", "status_sent", "flush_sent")
 """The counters the summary prints (results.json has all of them)."""
 METRICS = "metrics.jsonl"
@@ -210,8 +216,7 @@ def table(result: dict[str, Any]) -> list[str]:
                      f" {reached:>8}")  # fmt: skip
     for policy, services in result["counters"].items():
         if policy.startswith("link_"):
-            what = {"link_loss_drops": "the loss rules", "link_queue_drops": "full link queues"}.get(policy, "full UDP socket buffers")
-            lines.append(f"{what} dropped {sum(services.values())} packets")
+            lines.append(LINK_COUNTERS.get(policy, policy + ": {} packets").format(sum(services.values())))
             continue
         for name, values in services.items():
             keys = PS_COUNTERS if name == "ps" else SWITCH_COUNTERS + tuple(k for k in LEVEL_COUNTERS if k in values)

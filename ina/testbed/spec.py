@@ -44,11 +44,13 @@ class Link:
     delay: float = 0.0  # ms, one way (needs the kernel's sch_netem)
     loss: float = 0.0  # percent of packets dropped, each direction
     duplicate: float = 0.0  # percent of packets sent twice, each direction
+    reorder: float = 0.0  # percent of packets held back in a slow queue until the link's later packets have left, each direction
 
     @property
     def impaired(self) -> bool:
-        """Whether nftables rules drop or duplicate its packets (they need every packet a wire packet: no UDP GSO)."""
-        return self.loss > 0 or self.duplicate > 0
+        """Whether nftables rules drop, duplicate or mark for the slow queue its packets (they need every packet a wire
+        packet: no UDP GSO)."""
+        return self.loss > 0 or self.duplicate > 0 or self.reorder > 0
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,7 @@ def _link(fields: _Fields, default: Link) -> Link:
         delay=fields.take("delay", float, default.delay, check=_between(0, 10_000)),
         loss=fields.take("loss", float, default.loss, check=_between(0, 50)),
         duplicate=fields.take("duplicate", float, default.duplicate, check=_between(0, 50)),
+        reorder=fields.take("reorder", float, default.reorder, check=_between(0, 50)),
     )
     fields.done()
     return link
