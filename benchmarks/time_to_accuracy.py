@@ -91,8 +91,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[tuple[str, float], dict[str, A
     step time, and fp32's mean time to target over this one's, fp32's of the same study (latest_rows): ratios side by
     side in one run."""
     cells: dict[tuple[str, float], dict[str, Any]] = {}
-    for method, bw in dict.fromkeys((r["job"], r["bw"]) for r in shown(rows)):
-        mine = [r for r in shown(rows) if (r["job"], r["bw"]) == (method, bw)]
+    visible = shown(rows)
+    for method, bw in dict.fromkeys((r["job"], r["bw"]) for r in visible):
+        mine = [r for r in visible if (r["job"], r["bw"]) == (method, bw)]
         reached = [r["time_to_target"] for r in mine if r["time_to_target"] is not None]
         final = [r["test_loss"] if r.get("test_loss") is not None else r["accuracy"] for r in mine]
         cells[(method, bw)] = {"tta": mean(reached), "reached": len(reached), "runs": len(mine), "final": mean(final),
@@ -110,7 +111,7 @@ def table(workload: str, target: float, rows: list[dict[str, Any]]) -> list[str]
     """The markdown table of one workload: a row per method, a group of columns per link speed."""
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
-    methods = list(dict.fromkeys(r["job"] for r in shown(rows)))
+    methods = list(dict.fromkeys(method for method, _ in cells))  # the shown rows' jobs, in their order
     loss = next(iter(cells.values()))["loss_metric"]
     final = "loss" if loss else "accuracy"
     seeds = sorted({r["seed"] for r in rows})
@@ -143,7 +144,7 @@ def plot(workload: str, rows: list[dict[str, Any]], path: Path) -> None:
 
     cells = summarize(rows)
     links = sorted({bw for _, bw in cells})
-    methods = list(dict.fromkeys(r["job"] for r in shown(rows)))
+    methods = list(dict.fromkeys(method for method, _ in cells))  # the shown rows' jobs, in their order
     final = "test loss" if next(iter(cells.values()))["loss_metric"] else "test accuracy"
     panels = (("tta", "time to target (s; no bar: not reached)"), ("final", f"final {final}"), ("mb_per_step", "MB sent per worker per step"))
     figure, axes = plt.subplots(1, len(panels), figsize=(16, 4.5))

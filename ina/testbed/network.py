@@ -351,16 +351,9 @@ class Network:
             commands = priority_queue_commands(port.name, shape.bw) if on else fifo_commands(port.name, shape.bw if shape.reorder else 0)
             _check(port.node, "sh", "-c", commands)
 
-    def loss_counters(self) -> dict[str, int]:
-        """Packets dropped by the loss rules, per interface (both ends of each link)."""
-        return self._rule_counters().get("drop", {})
-
-    def duplicate_counters(self) -> dict[str, int]:
-        """Packets the duplication rules sent twice, per interface (both ends of each link that duplicates)."""
-        return self._rule_counters().get("dup", {})
-
-    def _rule_counters(self) -> dict[str, dict[str, int]]:
-        """The impairment rules' counters by action and interface (ina.net.impair.rule_counters)."""
+    def rule_counters(self) -> dict[str, dict[str, int]]:
+        """The impairment rules' counters by action (`drop`, `dup`, `priority`) and interface, both ends of each
+        impaired link, read once from every node's nftables (ina.net.impair.rule_counters)."""
         chains = {chain_name(intf.name): intf.name for intf, _ in self._impaired_ends()}
         counts: dict[str, dict[str, int]] = {}
         for node in {intf.node for intf, _ in self._impaired_ends()}:

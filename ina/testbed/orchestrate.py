@@ -85,9 +85,10 @@ def execute(run: Run, out: Path, say: Callable[[str], None] = print) -> dict[str
             if sampler is not None:
                 sampler.stop()
             counters[policy] = services.stop_and_count() if services else {}
-        counters["link_loss_drops"] = network.loss_counters()
+        rules = network.rule_counters()
+        counters["link_loss_drops"] = rules.get("drop", {})
         if any(link.duplicate for link in run.links):
-            counters["link_duplicated"] = network.duplicate_counters()
+            counters["link_duplicated"] = rules.get("dup", {})
         if any(link.reorder for link in run.links):
             counters["link_reordered"] = network.reordered()
         counters["link_queue_drops"] = network.queue_drops()
