@@ -42,6 +42,26 @@ def test_the_ps_link_starts_from_every_hosts_link_and_jobs_arrive_and_compute_as
     assert not plain.impaired and plain.link.duplicate == 0
 
 
+def test_a_jobs_stragglers_are_drawn_per_rank_from_its_seed_alike_for_every_policy():
+    pytest.importorskip("torch")
+    from itertools import islice
+
+    from ina.testbed.worker import compute_times
+
+    job = spec.parse({"jobs": [{"name": "a", "compute": 0.01, "jitter": 0.3}]}).jobs[0]
+    times = {rank: list(islice(compute_times(job, rank), 200)) for rank in (0, 1)}
+    assert all(0.007 <= t <= 0.013 for t in times[0] + times[1]) and times[0] != times[1]
+    assert max(times[0]) - min(times[0]) > 0.005  # the draws span most of +-30%
+    assert list(islice(compute_times(job, 0), 200)) == times[0]  # the same stragglers in every round of the run
+    other_seed = list(islice(compute_times(spec.overridden(spec.parse({"jobs": [{"name": "a", "compute": 0.01, "jitter": 0.3}]}),
+                                                            seed=1).jobs[0], 0), 200))  # fmt: skip
+    assert other_seed != times[0]
+    steady = spec.parse({"jobs": [{"compute": 0.01}]}).jobs[0]
+    assert set(islice(compute_times(steady, 3), 50)) == {0.01}
+    with pytest.raises(SpecError, match=r"jobs\[0\]\.jitter"):
+        spec.parse({"jobs": [{"compute": 0.01, "jitter": 2}]})
+
+
 def test_links_may_duplicate_packets_which_the_uplinks_take_from_every_hosts_link_unless_told():
     run = spec.parse({"topology": {"link": {"duplicate": 1}, "racks": [[0], [1]], "uplink": {"bw": 50}}, "jobs": [{"workers": 2}]})
     assert run.impaired and run.link.loss == 0 and (run.link.duplicate, run.uplink_link.duplicate, run.ps_host_link.duplicate) == (1.0, 1.0, 1.0)

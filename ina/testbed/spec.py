@@ -98,6 +98,7 @@ class Job:
     phase: int = 0  # jobs of one phase run at once; phases run in increasing order
     start: float = 0.0  # seconds after its phase begins (every job of the phase set up) that the job begins training
     compute: float = 0.0  # seconds of emulated accelerator compute per step (a sleep: it takes no CPU)
+    jitter: float = 0.0  # each worker's compute varies uniformly by +-jitter of it per step (stragglers), seeded by seed
     eval_every: int = 10  # steps between test-accuracy evaluations (and at the end)
     seed: int = 0
     levels: int = 2  # a racked run's switch job: 2 sums at its racks' leaves, then the spine; 1 sends every worker to the spine
@@ -420,6 +421,7 @@ def _job(fields: _Fields, index: int, racked: bool) -> Job:
         phase=fields.take("phase", int, Job.phase, check=_between(0, 1000)),
         start=fields.take("start", float, Job.start, check=_between(0, 86_400)),
         compute=fields.take("compute", float, Job.compute, check=_between(0, 3600)),
+        jitter=fields.take("jitter", float, Job.jitter, check=_between(0, 1)),
         eval_every=fields.take("eval_every", int, Job.eval_every, check=_between(1, 10**7)),
         seed=fields.take("seed", int, Job.seed, check=_between(0, 2**31 - 1)),
         levels=fields.take("levels", int, Job.levels, check=_between(*LEVELS)),

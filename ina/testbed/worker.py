@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -86,6 +87,14 @@ def priority_policy(job: Job, ddp: DistributedDataParallel) -> Any:
     return RemainingWorkPriority(total_bytes=steps * step_bytes(parameters, dist.get_world_size(), job.bits, job.thc_granularity))
 
 
+def compute_times(job: Job, rank: int) -> Iterator[float]:
+    """Each step's emulated compute on `rank`: `job.compute`, varied uniformly by +-`job.jitter` of it, drawn from
+    the job's seed, name and rank so that every policy of a run meets the same stragglers."""
+    draws = random.Random(f"{job.seed}/{job.name}/{rank}")
+    while True:
+        yield job.compute * (1 + draws.uniform(-job.jitter, job.jitter)) if job.jitter else job.compute
+
+
 def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
     rank, workers = dist.get_rank(), dist.get_world_size()
     from ina.workloads import build
@@ -108,9 +117,9 @@ def train(job: Job, out: Path, interface: str) -> dict[str, Any]:
     began = clock.wait_for_start(out, rank, job.start, TIMEOUT.total_seconds())
     sent, received = interface_bytes(interface)
     handed = state.bytes_sent if state is not None else 0
-    for step in range(job.steps):
+    for step, compute in zip(range(job.steps), compute_times(job, rank)):
         start = time.monotonic()
-        time.sleep(job.compute)  # an accelerator's forward and backward: time, no CPU
+        time.sleep(compute)  # an accelerator's forward and backward: time, no CPU
         batch = next(batches)[rank * share : (rank + 1) * share]
         loss = workload.train_step(ddp, optimizer, schedule, batch)
         end = time.monotonic()
