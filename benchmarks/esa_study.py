@@ -1,13 +1,14 @@
 """ESA's ablation on the testbed: pool policy (esa, fcfs, atp, static) x egress queues (priority, fifo), several seeds.
 
-    sudo python -m benchmarks.esa_study [testbed/rack.yaml] [--seeds 0 1 2] [--queues priority fifo]
+    sudo python -m benchmarks.esa_study [testbed/esa_stragglers.yaml] [--seeds 0 1 2] [--queues priority fifo]
                                         [--policy esa,fcfs,atp,static] [--target software|bmv2] [--pool P]
                                         [--no-result-copies] [--priority-policy intensity|las|remaining] [--out DIR]
 
 Each (seed, queues) pair is one `ina testbed` run of the run file, whose rounds are the policies: every policy
 gets the same network, queues, windows, jobs and seed, so a row differs from another in its policy alone, and a
-column pair in its queues alone; the rounds' order rotates from seed to seed, so no policy always runs first. The
-table gives per policy and queues the mean over the seeds of: the mean JCT, the JCT of the top-priority job (the
+column pair in its queues alone; the rounds' order rotates by the seed (seed s starts with the run file's policy s
+mod their number), so no policy always runs first and a seed's rounds run in one order however a study groups them.
+The table gives per policy and queues the mean over the seeds of: the mean JCT, the JCT of the top-priority job (the
 one the jobs' priority rule ranks first: under ESA's intensity rule the most reduction bytes per second of compute,
 under least remaining work the least work), the PS's received packets (its load), the switch's preemptions and
 collisions; then each baseline's mean JCT over esa's, seed by seed. Every job must end with the same parameters (sha256)
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ina.switch.config import QUEUES
+from ina.switch.config import POLICIES, QUEUES
 from ina.testbed import spec
 from ina.transport.priority import POLICIES as PRIORITY_POLICIES
 
@@ -110,7 +111,7 @@ def check_exact(rounds: list[Round]) -> None:
 
 def table(rounds: list[Round], top: str) -> list[str]:
     """The ablation table: means over seeds per (queues, policy), and each baseline's JCT over esa's."""
-    policies = list(dict.fromkeys(r.policy for r in rounds))  # the run file's order: the first seed's rounds are not rotated
+    policies = [policy for policy in POLICIES if any(r.policy == policy for r in rounds)]  # esa first, whichever ran first
     lines = [f"{'queues':8} {'policy':7} {'mean JCT s':>10} {f'{top} JCT s':>14} {'PS rx pkts':>11} {'preempted':>10} "
              f"{'collisions':>10} {'/esa mean':>10} {'/esa top':>9}  per seed (mean JCT / esa's)"]  # fmt: skip
     for queues in dict.fromkeys(r.queues for r in rounds):
@@ -129,7 +130,7 @@ def table(rounds: list[Round], top: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_file", nargs="?", default="testbed/rack.yaml")
+    parser.add_argument("run_file", nargs="?", default="testbed/esa_stragglers.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--queues", nargs="+", choices=QUEUES, default=list(QUEUES))
     parser.add_argument("--policy", default="", help="the policies, comma-separated (default: the run file's)")
@@ -145,9 +146,9 @@ def main() -> None:
     rounds: list[Round] = []
     top = ""
     started = time.monotonic()
-    for turn, seed in enumerate(args.seeds):
+    for seed in args.seeds:
         for queues in args.queues:
-            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, policy=in_turn(plan.switch.policies, turn), target=args.target,
+            results = run_testbed(args.run_file, out / f"seed{seed}-{queues}", seed, queues, policy=in_turn(plan.switch.policies, seed), target=args.target,
                                   pool=args.pool, result_copies=args.result_copies, priority_policy=args.priority_policy)  # fmt: skip
             top = top or top_job(plan, results)
             rounds += rounds_of(results, seed, queues)

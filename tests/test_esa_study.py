@@ -40,3 +40,14 @@ def test_the_top_job_is_the_one_the_jobs_priority_rule_ranks_first():
 def test_each_run_of_a_study_starts_with_another_policy():
     assert [esa_study.in_turn(("esa", "fcfs", "atp"), turn) for turn in range(4)] == ["esa,fcfs,atp", "fcfs,atp,esa", "atp,esa,fcfs",
                                                                                      "esa,fcfs,atp"]  # fmt: skip
+
+
+def test_the_table_lists_esa_first_and_each_baseline_over_esa_of_its_own_seed():
+    def round_(seed, policy, jcts):
+        return esa_study.Round(seed, "priority", policy, dict(zip(("a", "b"), jcts)), {}, ps_rx=10, preempted=0, collisions=0)
+
+    rounds = [round_(1, "fcfs", (2.0, 4.0)), round_(1, "esa", (1.0, 2.0)), round_(2, "esa", (2.0, 2.0)), round_(2, "fcfs", (2.0, 2.0))]
+    lines = esa_study.table(rounds, "a")
+    assert [line.split()[1] for line in lines[1:]] == ["esa", "fcfs"]
+    assert lines[2].split()[-2:] == ["2.00", "1.00"]  # seed 1: 3.0 s over esa's 1.5; seed 2: level
+    assert lines[2].split()[2:4] == ["2.50", "2.00"]  # mean JCT over the seeds, the top job's
