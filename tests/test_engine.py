@@ -234,11 +234,34 @@ def test_a_lost_resend_is_resent_again_once_chunks_sent_after_it_are_answered():
     assert headers([again])[0].seq == 0 and engine.counters["early_resent"] == 2
 
 
+def test_a_status_from_the_ps_stops_early_resends_of_a_chunk_it_holds():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    sent = _sent(engine, 4)
+    (resend,) = engine.receive([result_for(d, np.zeros(K)) for d in sent[1:4]], 0.001)
+    status = Header(Kind.STATUS, 7, 0, slot=5, lane_bits=8, bitmap=0b010).pack()
+    engine.receive([Datagram(status, PS)], 0.002)  # the PS holds the resend: its RESULT comes once the chunk completes
+    later = _sent(engine, 3, now=0.003)
+    assert engine.receive([result_for(d, np.zeros(K)) for d in later], 0.004) == []
+    assert engine.counters["early_resent"] == 1 and engine.counters["status"] == 1
+
+
+def test_a_timeout_resends_the_oldest_chunks_and_holds_back_the_rest_until_their_next():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    _sent(engine, 6)  # nothing comes back: a late peer, or everything lost
+    first = engine.tick(0.05)
+    assert [h.seq for h in headers(first)] == [0, 1, 2] and engine.counters["held_back"] == 3
+    assert engine.next_deadline() == pytest.approx(0.15)  # all six doubled: the held-back ones timed out too
+    second = engine.tick(engine.next_deadline())
+    assert sorted(h.seq for h in headers(second)) == [0, 1, 2, 3, 4, 5] and engine.counters["held_back"] == 3
+
+
 def test_early_resends_off_leaves_a_chunk_to_its_timer():
     engine = Engine(config(window=8, early_resend=0))
     sent = _sent(engine, 6)
     assert engine.receive([result_for(d, np.zeros(K)) for d in sent[1:]], 0.001) == []
     assert "early_resent" not in engine.counters
+    _sent(engine, 4, now=0.002)
+    assert sorted(h.seq for h in headers(engine.tick(0.03))) == [0, 6, 7]  # and every chunk timing out is resent
 
 
 def test_rtt_samples_follow_karns_rule():

@@ -30,9 +30,9 @@
 #define RX_MESSAGES 64 /* datagrams per recvmmsg when serving */
 
 /* Counters, by the reference's names (Engine.counters). */
-enum { C_SENT, C_RESENT, C_EARLY_RESENT, C_DELIVERED, C_STATUS, C_FETCH_ANSWERED, C_FOREIGN, C_MALFORMED, C_UNEXPECTED,
-       C_LATE, C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_PADDING_BYTES, C_COUNT };
-static const char *const counter_names[C_COUNT] = {"sent", "resent", "early_resent", "delivered", "status",
+enum { C_SENT, C_RESENT, C_EARLY_RESENT, C_HELD_BACK, C_DELIVERED, C_STATUS, C_FETCH_ANSWERED, C_FOREIGN, C_MALFORMED,
+       C_UNEXPECTED, C_LATE, C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_PADDING_BYTES, C_COUNT };
+static const char *const counter_names[C_COUNT] = {"sent", "resent", "early_resent", "held_back", "delivered", "status",
                                                    "fetch_answered", "foreign", "malformed", "unexpected", "late",
                                                    "fetch_missing", "failed", "failovers", "failbacks", "padding_bytes"};
 
@@ -112,7 +112,8 @@ typedef struct {
     chunk *outstanding; /* `window` entries, chunk seq at seq % window */
     timer *timers;
     size_t timers_count, timers_capacity;
-    timer *due; /* scratch for tick: `window` chunks, each as a timer of its own */
+    timer *due;       /* scratch for tick: `window` chunks, each as a timer of its own */
+    uint64_t *probes; /* scratch for tick: the seqs of the chunks due, to find the oldest */
     /* early resends: one past the newest chunk answered; chunks before `unresent` never resent are overtaken or
      * answered; the queue of resends (a ring of 2W, marks non-decreasing), at most one live entry a chunk */
     uint64_t answered, unresent;
@@ -356,7 +357,22 @@ static void after_receive(void *self, double now, ina_tx *tx) {
     pump(self, now, tx);
 }
 
-/* Resend what timed out, then send what the window lets go (Engine._tick); served, a batch's overtaken chunks first. */
+static int seq_before(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Of the `due` chunks that timed out now, the newest of the `early_resend` oldest: later ones timing out for the
+ * first time are held back (Engine._hold_back); UINT64_MAX when none is. */
+static uint64_t newest_probe_of(Engine *e, size_t due) {
+    if (!e->early_resend || due <= e->early_resend) return UINT64_MAX;
+    for (size_t i = 0; i < due; i++) e->probes[i] = e->due[i].seq;
+    qsort(e->probes, due, sizeof *e->probes, seq_before);
+    return e->probes[e->early_resend - 1];
+}
+
+/* Resend what timed out (the oldest, and what timed out before), then send what the window lets go (Engine._tick);
+ * served, a batch's overtaken chunks first. */
 static void tick(void *self, double now, ina_tx *tx) {
     Engine *e = self;
     if (e->failed) return;
@@ -388,7 +404,18 @@ static void tick(void *self, double now, ina_tx *tx) {
         }
         c->timeouts++;
     }
-    for (size_t i = 0; i < due; i++) resend(e, outstanding(e, e->due[i].seq), now, tx);
+    uint64_t newest_probe = newest_probe_of(e, due);
+    for (size_t i = 0; i < due; i++) {
+        chunk *c = outstanding(e, e->due[i].seq);
+        if (c->seq <= newest_probe || c->timeouts > 1) {
+            resend(e, c, now, tx);
+            continue;
+        }
+        double next = now + backoff(e, c->timeouts), last = c->first_sent + e->peer_timeout; /* held back */
+        c->deadline = next < last ? next : last;
+        push_timer(e, c->deadline, c->seq, c->seq + 1);
+        e->counters[C_HELD_BACK]++;
+    }
     pump(self, now, tx);
 }
 
@@ -505,8 +532,8 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
         e->counters[C_LATE]++;
         return;
     }
-    if (h.kind == INA_STATUS) {
-        c->status = h.bitmap;
+    if (h.kind == INA_STATUS) { /* the PS holds its resend and sends the RESULT once it has one: not lost */
+        c->status = h.bitmap, c->overtaken_by = 0;
         e->counters[C_STATUS]++;
         return;
     }
@@ -589,15 +616,16 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     self->timers = malloc(self->timers_capacity * sizeof *self->timers);
     self->due = malloc(window * sizeof *self->due);
     self->marks = malloc(2 * (size_t)window * sizeof *self->marks);
-    if (!self->outstanding || !self->results || !self->timers || !self->due || !self->marks) {
-        free(self->outstanding), free(self->results), free(self->timers), free(self->due), free(self->marks);
+    self->probes = malloc(window * sizeof *self->probes);
+    if (!self->outstanding || !self->results || !self->timers || !self->due || !self->marks || !self->probes) {
+        free(self->outstanding), free(self->results), free(self->timers), free(self->due), free(self->marks), free(self->probes);
         PyErr_NoMemory();
         return -1;
     }
     if (ina_loop_init(&self->loop, served ? RX_MESSAGES : 1) < 0) {
         PyErr_SetString(PyExc_MemoryError, self->loop.error);
         ina_loop_free(&self->loop);
-        free(self->outstanding), free(self->results), free(self->timers), free(self->due), free(self->marks);
+        free(self->outstanding), free(self->results), free(self->timers), free(self->due), free(self->marks), free(self->probes);
         return -1;
     }
     pthread_condattr_t attributes;
@@ -616,6 +644,7 @@ static void Engine_dealloc(Engine *self) {
             release(&self->reductions[reduction_slot(self, i)]);
         for (size_t i = 0; i < 2 * (size_t)self->window; i++) free(self->results[i].packet);
         free(self->reductions), free(self->outstanding), free(self->timers), free(self->due), free(self->results), free(self->marks);
+        free(self->probes);
         pthread_cond_destroy(&self->changed);
         ina_loop_free(&self->loop);
     }

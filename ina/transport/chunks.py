@@ -83,7 +83,8 @@ class Chunk:
     timeouts: int = 0
     """Resends on timeout: each doubles the next timeout."""
     overtaken_by: int = 0
-    """Once resent: the chunk whose RESULT shows that resend lost (EngineConfig.early_resend chunks sent after it)."""
+    """Once resent: the chunk whose RESULT shows that resend lost (EngineConfig.early_resend chunks sent after it);
+    0 once a STATUS shows the PS holds it."""
     status: int | None = None
 
 

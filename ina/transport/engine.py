@@ -289,9 +289,28 @@ class Engine:
             chunk.timeouts += 1
             due.append(chunk)
         if due:
-            self._resend(due, now, out)
+            self._resend(self._hold_back(due, now), now, out)
         self._pump(now, out)
         return out
+
+    def _hold_back(self, due: list[Chunk], now: float) -> list[Chunk]:
+        """Of the chunks whose timers expired, those to resend (section 8, "Early resends"): with early resends, the
+        `early_resend` oldest and every one that timed out before. The rest, first timeouts behind them, usually wait
+        on what the oldest wait on (a late peer: resending would flush their partials to the PS), so their timers
+        restart, doubled; a later chunk's RESULT overtakes them first if they were lost."""
+        early = self.config.early_resend
+        if not early or len(due) <= early:
+            return due
+        newest_probe = sorted(chunk.seq for chunk in due)[early - 1]
+        resend = []
+        for chunk in due:
+            if chunk.seq <= newest_probe or chunk.timeouts > 1:
+                resend.append(chunk)
+                continue
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + self.config.peer_timeout)
+            heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
+            self.counters["held_back"] += 1
+        return resend
 
     def next_deadline(self) -> float | None:
         if self.error is not None:
@@ -414,8 +433,9 @@ class Engine:
                 self._answer_fetch(h.seq, source, out)
             elif (chunk := outstanding.get(oldest + ((h.seq - oldest) & SEQ_MASK))) is None:
                 counters["late"] += 1
-            elif h.kind == _STATUS:
+            elif h.kind == _STATUS:  # the PS holds its resend and sends the RESULT once it has one: not lost
                 chunk.status = h.bitmap
+                chunk.overtaken_by = 0
                 counters["status"] += 1
             elif (h.flags & _MAX, h.lane_bits, h.index_bits) != chunk.reduction.format or h.bitmap != self._full \
                     or len(data) != chunk.reduction.result_bytes(chunk.index):  # fmt: skip
