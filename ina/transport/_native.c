@@ -10,7 +10,8 @@
  * due are sorted by (deadline, seq) before anything is done with them, so resends go out in the
  * reference's order. A chunk overtaken by the RESULT of the chunk sent `early_resend` chunks after its last
  * transmission is resent at once, once a batch is in (never-resent chunks by a pointer over seqs, resent ones
- * from a queue whose marks grow in the order of the resends). The newest 2W RESULTs are kept to answer the
+ * from a queue whose marks grow in the order of the resends); a timeout resends the oldest chunks due and holds
+ * back the rest to their next. The newest 2W RESULTs are kept to answer the
  * PS's FETCH. The priority policies FixedPriority, IntensityPriority and AttainedServicePriority are computed here with
  * the reference's arithmetic.
  *
