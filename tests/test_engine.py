@@ -65,8 +65,8 @@ def test_chunks_for_a_switch_of_whole_chunks_are_padded_and_the_padding_counted(
     assert np.concatenate([parse(d.data, K)[1] for d in sent]).tolist() == list(range(10)) + [0, 0] + [1, 0, 0, 0]
     assert engine.counters["padding_bytes"] == 4 * 2 + 4 * 3
     engine.receive([result_for(sent[2], [7, 7, 0, 0]), result_for(sent[3], [1, 0, 0, 0])], 0.001)
-    engine.tick(0.05)  # the rest are resent, padded again
-    assert engine.counters["resent"] == 2 and engine.counters["padding_bytes"] == 4 * 5
+    engine.tick(0.05)  # chunk 0 at once (chunk 3's RESULT overtook it), then both at their timeouts: whole, no padding
+    assert engine.counters["resent"] == 3 and engine.counters["padding_bytes"] == 4 * 5
     engine.receive([result_for(d, [5] * K) for d in sent[:2]], 0.051)
     assert [sums.tolist() for _, sums in engine.completed()] == [[5] * 8 + [7, 7], [1]]
 
@@ -197,6 +197,71 @@ def test_timeouts_resend_with_the_flag_and_back_off_exponentially():
         times.append(due)
     assert times == pytest.approx([0.01, 0.03, 0.07, 0.11, 0.15, 0.19])  # 10, 20, 40 ms, then capped
     assert engine.counters["resent"] == 6
+
+
+def _sent(engine: Engine, chunks: int, now: float = 0.0) -> list[Datagram]:
+    """Submit `chunks` whole chunks at `now` and return their DATA."""
+    engine.submit(np.ones(chunks * K, dtype=np.uint32), lane_bits=8, now=now)
+    return engine.tick(now)
+
+
+def test_a_chunk_overtaken_by_the_result_of_the_third_chunk_sent_after_it_is_resent_at_once():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    sent = _sent(engine, 6)
+    assert engine.receive([result_for(d, np.zeros(K)) for d in sent[1:3]], 0.001) == []  # two later: maybe reordered
+    (again,) = engine.receive([result_for(d, np.zeros(K)) for d in sent[3:]], 0.002)  # the third: chunk 0 was lost
+    assert headers([again])[0].resend and headers([again])[0].seq == 0 and again.data[20:] == sent[0].data[20:]
+    assert engine.counters["early_resent"] == 1 and engine.counters["resent"] == 1
+    assert engine.next_deadline() == pytest.approx(0.002 + engine.rtt.rto)  # the timer restarts, not doubled
+
+
+def test_a_resend_is_overtaken_only_by_chunks_sent_after_it():
+    engine = Engine(config(window=4, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    sent = _sent(engine, 8)  # chunks 0..3 go, 4..7 wait for the window
+    engine.receive([result_for(d, np.zeros(K)) for d in sent[1:4]], 0.001)  # chunk 0 resent; 1..3 done, still behind 0
+    assert engine.counters["early_resent"] == 1 and engine.tick(0.001) == []
+    (late,) = engine.tick(0.06)  # nothing sent since: only its timer resends it
+    assert headers([late])[0].seq == 0 and engine.counters["resent"] == 2 and engine.counters["early_resent"] == 1
+
+
+def test_a_lost_resend_is_resent_again_once_chunks_sent_after_it_are_answered():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    sent = _sent(engine, 4)
+    engine.receive([result_for(d, np.zeros(K)) for d in sent[1:4]], 0.001)  # chunk 0 resent early
+    later = _sent(engine, 3, now=0.002)  # chunks 4..6, sent after that resend
+    assert engine.receive([result_for(d, np.zeros(K)) for d in later[:2]], 0.003) == []
+    (again,) = engine.receive([result_for(later[2], np.zeros(K))], 0.004)
+    assert headers([again])[0].seq == 0 and engine.counters["early_resent"] == 2
+
+
+def test_a_status_from_the_ps_stops_early_resends_of_a_chunk_it_holds():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    sent = _sent(engine, 4)
+    (resend,) = engine.receive([result_for(d, np.zeros(K)) for d in sent[1:4]], 0.001)
+    status = Header(Kind.STATUS, 7, 0, slot=5, lane_bits=8, bitmap=0b010).pack()
+    engine.receive([Datagram(status, PS)], 0.002)  # the PS holds the resend: its RESULT comes once the chunk completes
+    later = _sent(engine, 3, now=0.003)
+    assert engine.receive([result_for(d, np.zeros(K)) for d in later], 0.004) == []
+    assert engine.counters["early_resent"] == 1 and engine.counters["status"] == 1
+
+
+def test_a_timeout_resends_the_oldest_chunks_and_holds_back_the_rest_until_their_next():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    _sent(engine, 6)  # nothing comes back: a late peer, or everything lost
+    first = engine.tick(0.05)
+    assert [h.seq for h in headers(first)] == [0, 1, 2] and engine.counters["held_back"] == 3
+    assert engine.next_deadline() == pytest.approx(0.15)  # all six doubled: the held-back ones timed out too
+    second = engine.tick(engine.next_deadline())
+    assert sorted(h.seq for h in headers(second)) == [0, 1, 2, 3, 4, 5] and engine.counters["held_back"] == 3
+
+
+def test_early_resends_off_leaves_a_chunk_to_its_timer():
+    engine = Engine(config(window=8, early_resend=0))
+    sent = _sent(engine, 6)
+    assert engine.receive([result_for(d, np.zeros(K)) for d in sent[1:]], 0.001) == []
+    assert "early_resent" not in engine.counters
+    _sent(engine, 4, now=0.002)
+    assert sorted(h.seq for h in headers(engine.tick(0.03))) == [0, 6, 7]  # and every chunk timing out is resent
 
 
 def test_rtt_samples_follow_karns_rule():

@@ -8,7 +8,10 @@
  * reference, but one entry stands for a run of chunks armed together with one deadline (a pump's
  * chunks), so the heap holds a few entries per round trip rather than one per chunk; the chunks
  * due are sorted by (deadline, seq) before anything is done with them, so resends go out in the
- * reference's order. The newest 2W RESULTs are kept to answer the
+ * reference's order. A chunk overtaken by the RESULT of the chunk sent `early_resend` chunks after its last
+ * transmission is resent at once, once a batch is in (never-resent chunks by a pointer over seqs, resent ones
+ * from a queue whose marks grow in the order of the resends); a timeout resends the oldest chunks due and holds
+ * back the rest to their next. The newest 2W RESULTs are kept to answer the
  * PS's FETCH. The priority policies FixedPriority, IntensityPriority and AttainedServicePriority are computed here with
  * the reference's arithmetic.
  *
@@ -28,11 +31,11 @@
 #define RX_MESSAGES 64 /* datagrams per recvmmsg when serving */
 
 /* Counters, by the reference's names (Engine.counters). */
-enum { C_SENT, C_RESENT, C_DELIVERED, C_STATUS, C_FETCH_ANSWERED, C_FOREIGN, C_MALFORMED, C_UNEXPECTED, C_LATE,
-       C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_PADDING_BYTES, C_COUNT };
-static const char *const counter_names[C_COUNT] = {"sent", "resent", "delivered", "status", "fetch_answered", "foreign",
-                                                   "malformed", "unexpected", "late", "fetch_missing", "failed",
-                                                   "failovers", "failbacks", "padding_bytes"};
+enum { C_SENT, C_RESENT, C_EARLY_RESENT, C_HELD_BACK, C_DELIVERED, C_STATUS, C_FETCH_ANSWERED, C_FOREIGN, C_MALFORMED,
+       C_UNEXPECTED, C_LATE, C_FETCH_MISSING, C_FAILED, C_FAILOVERS, C_FAILBACKS, C_PADDING_BYTES, C_COUNT };
+static const char *const counter_names[C_COUNT] = {"sent", "resent", "early_resent", "held_back", "delivered", "status",
+                                                   "fetch_answered", "foreign", "malformed", "unexpected", "late",
+                                                   "fetch_missing", "failed", "failovers", "failbacks", "padding_bytes"};
 
 typedef struct {
     Py_buffer words; /* the submitted words, read until the reduction is handed back */
@@ -45,11 +48,17 @@ typedef struct {
 
 typedef struct {
     uint64_t seq, handle;
-    uint32_t index, retries;
+    uint32_t index, retries, timeouts; /* resends of every kind; those on timeout (each doubles the next timeout) */
+    uint64_t overtaken_by;             /* once resent: the chunk whose RESULT shows that resend lost */
     double first_sent, deadline;
     int64_t status; /* the PS's latest STATUS bitmap, -1 for none */
     int live;
 } chunk;
+
+/* A resend of chunk `seq`, lost once the RESULT of chunk `overtaken_by` (or a later one) comes. */
+typedef struct {
+    uint64_t overtaken_by, seq;
+} resend_mark;
 
 /* Chunks seq .. end - 1 armed with `deadline`: those still outstanding with that deadline are live. */
 typedef struct {
@@ -84,6 +93,7 @@ typedef struct {
     ina_addr destination, other, ps;
     int has_other, has_ps;
     double min_rto, max_rto, initial_rto, peer_timeout;
+    uint32_t early_resend; /* EngineConfig.early_resend; 0: resends on timeout only */
     /* failover to the PS (EngineConfig.failover, .failback; 0: never), and since when DATA goes there */
     double failover, failback, via_ps_since;
     int via_ps;
@@ -103,7 +113,13 @@ typedef struct {
     chunk *outstanding; /* `window` entries, chunk seq at seq % window */
     timer *timers;
     size_t timers_count, timers_capacity;
-    timer *due; /* scratch for tick: `window` chunks, each as a timer of its own */
+    timer *due;       /* scratch for tick: `window` chunks, each as a timer of its own */
+    uint64_t *probes; /* scratch for tick: the seqs of the chunks due, to find the oldest */
+    /* early resends: one past the newest chunk answered; chunks before `unresent` never resent are overtaken or
+     * answered; the queue of resends (a ring of 2W, marks non-decreasing), at most one live entry a chunk */
+    uint64_t answered, unresent;
+    resend_mark *marks;
+    size_t marks_head, marks_count;
     kept_result *results; /* 2 * window entries, result seq at seq % (2 * window) */
     uint64_t newest_result;
     uint64_t counters[C_COUNT];
@@ -258,7 +274,7 @@ static void pump(void *self, double now, ina_tx *tx) {
         for (uint64_t index = begin; index < end; index++) {
             uint64_t seq = r->first_seq + index;
             send_data(e, tx, r, (uint32_t)index, prio, 0);
-            e->outstanding[ring_slot(e, seq, e->window)] = (chunk){seq, r->handle, (uint32_t)index, 0, now, deadline, -1, 1};
+            e->outstanding[ring_slot(e, seq, e->window)] = (chunk){seq, r->handle, (uint32_t)index, 0, 0, 0, now, deadline, -1, 1};
         }
         push_timer(e, deadline, r->first_seq + begin, r->first_seq + end);
         e->counters[C_SENT] += end - begin;
@@ -275,10 +291,93 @@ static void fail(Engine *e, const chunk *c) {
     signal_changed(e);
 }
 
-/* Resend what timed out, then send what the window lets go (Engine._tick). */
+/* Queue a resend's mark: a full ring first drops the entries no longer live (at most one a chunk outstanding). */
+static void push_mark(Engine *e, uint64_t overtaken_by, uint64_t seq) {
+    size_t capacity = 2 * (size_t)e->window;
+    if (e->marks_count == capacity) {
+        size_t live = 0;
+        for (size_t i = 0; i < e->marks_count; i++) {
+            resend_mark m = e->marks[(e->marks_head + i) % capacity];
+            chunk *c = outstanding(e, m.seq);
+            if (c && c->overtaken_by == m.overtaken_by) e->marks[(e->marks_head + live++) % capacity] = m;
+        }
+        e->marks_count = live;
+    }
+    e->marks[(e->marks_head + e->marks_count++) % capacity] = (resend_mark){overtaken_by, seq};
+}
+
+/* Send chunk `c` again, flagged RESEND; arm its timer for the next timeout (doubled by each timeout so far) and
+ * note which chunk's RESULT would show this resend lost (Engine._resend). */
+static void resend(Engine *e, chunk *c, double now, ina_tx *tx) {
+    const reduction *r = reduction_of(e, c->handle);
+    send_data(e, tx, r, c->index, priority(e, r->queued_at, now), 1);
+    e->counters[C_RESENT]++;
+    c->retries++;
+    double next = now + backoff(e, c->timeouts), last = c->first_sent + e->peer_timeout;
+    c->deadline = next < last ? next : last;
+    push_timer(e, c->deadline, c->seq, c->seq + 1);
+    uint64_t overtaken_by = e->next_send + e->early_resend - 1;
+    if (e->early_resend && c->overtaken_by != overtaken_by) { /* else its entry is still queued */
+        c->overtaken_by = overtaken_by;
+        push_mark(e, overtaken_by, c->seq);
+    }
+}
+
+/* Whether a RESULT overtook a transmission that resend_overtaken has not resent yet. */
+static int overtake_due(const Engine *e) {
+    if (!e->early_resend) return 0;
+    return (e->marks_count && e->marks[e->marks_head].overtaken_by < e->answered) || e->unresent + e->early_resend < e->answered;
+}
+
+/* Resend at once every chunk whose last transmission the RESULT of the chunk sent `early_resend` after it overtook;
+ * the timeout is not doubled: it did not expire (Engine._resend_overtaken). */
+static void resend_overtaken(Engine *e, double now, ina_tx *tx) {
+    if (!overtake_due(e)) return;
+    size_t capacity = 2 * (size_t)e->window;
+    while (e->marks_count && e->marks[e->marks_head].overtaken_by < e->answered) {
+        resend_mark m = e->marks[e->marks_head];
+        e->marks_head = (e->marks_head + 1) % capacity, e->marks_count--;
+        chunk *c = outstanding(e, m.seq);
+        if (c && c->overtaken_by == m.overtaken_by) {
+            e->counters[C_EARLY_RESENT]++;
+            resend(e, c, now, tx); /* its new mark is past every chunk sent: not due in this loop */
+        }
+    }
+    for (; e->unresent + e->early_resend < e->answered; e->unresent++) {
+        chunk *c = outstanding(e, e->unresent);
+        if (c && !c->retries) { /* one resent before it was overtaken waits in the queue */
+            e->counters[C_EARLY_RESENT]++;
+            resend(e, c, now, tx);
+        }
+    }
+}
+
+/* A batch is in: resend what its RESULTs overtook, then send what the window lets go (Engine._receive). */
+static void after_receive(void *self, double now, ina_tx *tx) {
+    resend_overtaken(self, now, tx);
+    pump(self, now, tx);
+}
+
+static int seq_before(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Of the `due` chunks that timed out now, the newest of the `early_resend` oldest: later ones timing out for the
+ * first time are held back (Engine._hold_back); UINT64_MAX when none is. */
+static uint64_t newest_probe_of(Engine *e, size_t due) {
+    if (!e->early_resend || due <= e->early_resend) return UINT64_MAX;
+    for (size_t i = 0; i < due; i++) e->probes[i] = e->due[i].seq;
+    qsort(e->probes, due, sizeof *e->probes, seq_before);
+    return e->probes[e->early_resend - 1];
+}
+
+/* Resend what timed out (the oldest, and what timed out before), then send what the window lets go (Engine._tick);
+ * served, a batch's overtaken chunks first. */
 static void tick(void *self, double now, ina_tx *tx) {
     Engine *e = self;
     if (e->failed) return;
+    resend_overtaken(e, now, tx);
     size_t due = 0;
     while (e->timers_count && e->timers[0].deadline <= now) { /* every armed chunk whose deadline passed */
         timer t = e->timers[0];
@@ -304,16 +403,19 @@ static void tick(void *self, double now, ina_tx *tx) {
             e->via_ps = 1, e->via_ps_since = now; /* the switch is silent: the PS takes this worker's DATA */
             e->counters[C_FAILOVERS]++;
         }
-        c->retries++;
-        e->counters[C_RESENT]++;
+        c->timeouts++;
     }
+    uint64_t newest_probe = newest_probe_of(e, due);
     for (size_t i = 0; i < due; i++) {
         chunk *c = outstanding(e, e->due[i].seq);
-        const reduction *r = reduction_of(e, c->handle);
-        send_data(e, tx, r, c->index, priority(e, r->queued_at, now), 1);
-        double next = now + backoff(e, c->retries), last = c->first_sent + e->peer_timeout;
+        if (c->seq <= newest_probe || c->timeouts > 1) {
+            resend(e, c, now, tx);
+            continue;
+        }
+        double next = now + backoff(e, c->timeouts), last = c->first_sent + e->peer_timeout; /* held back */
         c->deadline = next < last ? next : last;
         push_timer(e, c->deadline, c->seq, c->seq + 1);
+        e->counters[C_HELD_BACK]++;
     }
     pump(self, now, tx);
 }
@@ -323,6 +425,7 @@ static double next_deadline(void *self) {
     if (e->failed) return INFINITY;
     while (e->timers_count && !timer_live(e, &e->timers[0])) /* completed or re-armed since */
         timers_pop(e->timers, &e->timers_count);
+    if (overtake_due(e)) return 0.0; /* served: a batch's RESULTs overtook chunks (sans-IO, receive resent them) */
     double due = e->timers_count ? e->timers[0].deadline : INFINITY;
     if (e->next_send < e->next_seq && e->next_send < e->oldest + e->window) {
         double queued = reduction_of(e, e->unsent_handle)->queued_at;
@@ -430,8 +533,8 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
         e->counters[C_LATE]++;
         return;
     }
-    if (h.kind == INA_STATUS) {
-        c->status = h.bitmap;
+    if (h.kind == INA_STATUS) { /* the PS holds its resend and sends the RESULT once it has one: not lost */
+        c->status = h.bitmap, c->overtaken_by = 0;
         e->counters[C_STATUS]++;
         return;
     }
@@ -446,6 +549,7 @@ static void receive(void *self, const uint8_t *data, size_t length, ina_addr sou
     c->live = 0;
     while (e->oldest < e->next_send && !e->outstanding[ring_slot(e, e->oldest, e->window)].live) e->oldest++;
     if (c->retries == 0) sample_rtt(e, now - c->first_sent);
+    if (c->seq >= e->answered) e->answered = c->seq + 1;
     size_t room = (size_t)r->out.len / 4, at = (size_t)c->index * r->per_result;
     size_t row = room - at < r->per_result ? room - at : r->per_result, take = row < words ? row : words;
     ina_load_words((uint32_t *)r->out.buf + at, data + INA_HEADER_BYTES, take);
@@ -466,8 +570,9 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"job", "rank", "workers", "words", "window", "destination", "other", "ps", "pool",
                             "slot_base", "span", "ps_only", "min_rto", "max_rto", "initial_rto", "peer_timeout",
                             "first_seq", "level", "reference_rate", "levels_per_doubling", "time_constant",
-                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", "racks", "total", NULL};
-    unsigned job, rank, workers, words, window, pool, slot_base, span, racks = 0;
+                            "age_step", "decaying_bytes", "observed_at", "served", "failover", "failback", "pad", "offset", "racks", "total",
+                            "early_resend", NULL};
+    unsigned job, rank, workers, words, window, pool, slot_base, span, racks = 0, early_resend = 0;
     unsigned long long first_seq;
     PyObject *destination, *other, *ps;
     int ps_only, level, served, pad = 0;
@@ -475,12 +580,12 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "the engine is set up already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpdId", names, &job, &rank, &workers, &words,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "IIIIIOOOIIIpddddKiddddddp|ddpdIdI", names, &job, &rank, &workers, &words,
                                      &window, &destination, &other, &ps, &pool, &slot_base, &span, &ps_only,
                                      &self->min_rto, &self->max_rto, &self->initial_rto, &self->peer_timeout,
                                      &first_seq, &level, &self->reference_rate, &self->levels_per_doubling,
                                      &self->time_constant, &self->age_step, &self->decaying_bytes,
-                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset, &racks, &self->total))
+                                     &self->observed_at, &served, &self->failover, &self->failback, &pad, &self->offset, &racks, &self->total, &early_resend))
         return -1;
     if (job > 0xFFFF || workers < 1 || workers > INA_MAX_WORKERS || rank >= workers || words < 1 ||
         words > (INA_MAX_PAYLOAD - INA_HEADER_BYTES) / 4 || window < 1 || pool < 1 || (pool & (pool - 1)) ||
@@ -504,21 +609,24 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kwargs) {
     self->words = words, self->window = window, self->slot_base = slot_base, self->ps_only = ps_only, self->pad = pad;
     self->window_pow2 = (window & (window - 1)) == 0;
     self->span_mask = span - 1, self->pool_mask = pool - 1, self->level = level;
-    self->next_seq = self->next_send = self->oldest = first_seq;
+    self->next_seq = self->next_send = self->oldest = self->answered = self->unresent = first_seq;
+    self->early_resend = early_resend;
     self->outstanding = calloc(window, sizeof *self->outstanding);
     self->results = calloc(2 * (size_t)window, sizeof *self->results);
     self->timers_capacity = 2 * (size_t)window + 16;
     self->timers = malloc(self->timers_capacity * sizeof *self->timers);
     self->due = malloc(window * sizeof *self->due);
-    if (!self->outstanding || !self->results || !self->timers || !self->due) {
-        free(self->outstanding), free(self->results), free(self->timers), free(self->due);
+    self->marks = malloc(2 * (size_t)window * sizeof *self->marks);
+    self->probes = malloc(window * sizeof *self->probes);
+    if (!self->outstanding || !self->results || !self->timers || !self->due || !self->marks || !self->probes) {
+        free(self->outstanding), free(self->results), free(self->timers), free(self->due), free(self->marks), free(self->probes);
         PyErr_NoMemory();
         return -1;
     }
     if (ina_loop_init(&self->loop, served ? RX_MESSAGES : 1) < 0) {
         PyErr_SetString(PyExc_MemoryError, self->loop.error);
         ina_loop_free(&self->loop);
-        free(self->outstanding), free(self->results), free(self->timers), free(self->due);
+        free(self->outstanding), free(self->results), free(self->timers), free(self->due), free(self->marks), free(self->probes);
         return -1;
     }
     pthread_condattr_t attributes;
@@ -536,7 +644,8 @@ static void Engine_dealloc(Engine *self) {
         for (size_t i = 0; i < self->reductions_count; i++)
             release(&self->reductions[reduction_slot(self, i)]);
         for (size_t i = 0; i < 2 * (size_t)self->window; i++) free(self->results[i].packet);
-        free(self->reductions), free(self->outstanding), free(self->timers), free(self->due), free(self->results);
+        free(self->reductions), free(self->outstanding), free(self->timers), free(self->due), free(self->results), free(self->marks);
+        free(self->probes);
         pthread_cond_destroy(&self->changed);
         ina_loop_free(&self->loop);
     }
@@ -650,7 +759,7 @@ static PyObject *Engine_wait(Engine *self, PyObject *args) {
     return PyBool_FromLong(ready);
 }
 
-static PyObject *Engine_receive(Engine *self, PyObject *args) { return ina_py_receive_then(&self->loop, &self->node, args, pump); }
+static PyObject *Engine_receive(Engine *self, PyObject *args) { return ina_py_receive_then(&self->loop, &self->node, args, after_receive); }
 
 static PyObject *Engine_tick(Engine *self, PyObject *args) { return ina_py_tick(&self->loop, &self->node, args); }
 

@@ -79,6 +79,12 @@ class Chunk:
     first_sent: float
     deadline: float
     retries: int = 0
+    """Resends of every kind (a chunk without any gives an RTT sample)."""
+    timeouts: int = 0
+    """Resends on timeout: each doubles the next timeout."""
+    overtaken_by: int = 0
+    """Once resent: the chunk whose RESULT shows that resend lost (EngineConfig.early_resend chunks sent after it);
+    0 once a STATUS shows the PS holds it."""
     status: int | None = None
 
 

@@ -72,6 +72,9 @@ class EngineConfig:
     racks: int = 0
     """A racked job's racks (docs/protocol.md, section 10), whose RESULTs carry one bit a rack: `rank` and `workers`
     are then this worker's place in its rack and the rack's size, and `destination` its rack's leaf. 0: one switch."""
+    early_resend: int = 3
+    """A chunk is resent at once, not at its timeout, when the RESULT of the chunk sent this many chunks after its
+    last transmission arrives (docs/protocol.md, section 8, "Early resends"); 0: only on timeout."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.job < 1 << 16:
@@ -91,6 +94,8 @@ class EngineConfig:
             raise ValueError("need 0 < min_rto <= initial_rto <= max_rto < peer_timeout")
         if not 0 <= self.failover < self.peer_timeout or self.failback < 0:
             raise ValueError(f"need 0 <= failover ({self.failover}) < peer_timeout ({self.peer_timeout}) and failback >= 0")
+        if self.early_resend < 0:
+            raise ValueError(f"early_resend must be 0 (off) or a number of chunks, got {self.early_resend}")
         if self.racks == 1 or not 0 <= self.racks <= MAX_RACKS:
             raise ValueError(f"racks must be 0 (one switch) or 2..{MAX_RACKS}, got {self.racks}")
         if self.destination not in self.sources or len(self.sources) > 2:
@@ -179,6 +184,9 @@ class Engine:
         self._unsent: deque[Reduction] = deque()  # reductions with chunks not sent yet, the first holds _next_send
         self._outstanding: dict[int, Chunk] = {}  # in seq order
         self._timers: list[tuple[float, int]] = []
+        self._answered = config.first_seq - 1  # the newest chunk whose RESULT came
+        self._unresent = config.first_seq  # chunks before it that were never resent are overtaken or answered
+        self._resent: deque[tuple[int, int]] = deque()  # (overtaken_by, seq) of resends, overtaken_by non-decreasing
         self._reductions: deque[Reduction] = deque()
         self._results = ResultStore(2 * config.window)
 
@@ -278,13 +286,31 @@ class Engine:
                 self._fail(chunk)
                 return out
             self._maybe_fail_over(chunk, now)
-            chunk.retries += 1
-            self.counters["resent"] += 1
+            chunk.timeouts += 1
             due.append(chunk)
         if due:
-            self._resend(due, now, out)
+            self._resend(self._hold_back(due, now), now, out)
         self._pump(now, out)
         return out
+
+    def _hold_back(self, due: list[Chunk], now: float) -> list[Chunk]:
+        """Of the chunks whose timers expired, those to resend (section 8, "Early resends"): with early resends, the
+        `early_resend` oldest and every one that timed out before. The rest, first timeouts behind them, usually wait
+        on what the oldest wait on (a late peer: resending would flush their partials to the PS), so their timers
+        restart, doubled; a later chunk's RESULT overtakes them first if they were lost."""
+        early = self.config.early_resend
+        if not early or len(due) <= early:
+            return due
+        newest_probe = sorted(chunk.seq for chunk in due)[early - 1]
+        resend = []
+        for chunk in due:
+            if chunk.seq <= newest_probe or chunk.timeouts > 1:
+                resend.append(chunk)
+                continue
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + self.config.peer_timeout)
+            heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
+            self.counters["held_back"] += 1
+        return resend
 
     def next_deadline(self) -> float | None:
         if self.error is not None:
@@ -335,16 +361,44 @@ class Engine:
                 self._unsent.popleft()
 
     def _resend(self, chunks: list[Chunk], now: float, out: _Outgoing) -> None:
-        """Send timed-out chunks again, flagged RESEND, and arm their timers for the next (doubled) timeout."""
+        """Send chunks again, flagged RESEND; arm their timers for the next timeout (doubled by each timeout so far)
+        and note which chunk's RESULT would show this resend lost (section 8, "Early resends")."""
         rows = np.stack([chunk.reduction.packets[chunk.index] for chunk in chunks])
         rows[:, _FLAGS_AT] |= _RESEND
         rows[:, _PRIORITY_AT] = [self._priority(chunk.reduction, now) for chunk in chunks]
         out.add(rows, np.array([chunk.reduction.lengths[chunk.index] for chunk in chunks]), self.destination)
         self._count_padding(sum(c.reduction.padding for c in chunks if c.index == c.reduction.chunks - 1))
+        self.counters["resent"] += len(chunks)
         peer_timeout = self.config.peer_timeout
+        overtaken_by = self._next_send + self.config.early_resend - 1
         for chunk in chunks:
-            chunk.deadline = min(now + self.rtt.backoff(chunk.retries), chunk.first_sent + peer_timeout)
+            chunk.retries += 1
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + peer_timeout)
             heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
+            if self.config.early_resend and chunk.overtaken_by != overtaken_by:  # else its entry is still queued
+                chunk.overtaken_by = overtaken_by
+                self._resent.append((overtaken_by, chunk.seq))
+
+    def _resend_overtaken(self, now: float, out: _Outgoing) -> None:
+        """Resend at once every chunk whose last transmission the RESULT of a chunk sent `early_resend` chunks after
+        it overtook: on a path that keeps order that transmission, or its RESULT, was lost (section 8, "Early
+        resends"). The timeout is not doubled: it did not expire."""
+        answered, outstanding, early = self._answered, self._outstanding, self.config.early_resend
+        due = []
+        resent = self._resent
+        while resent and resent[0][0] <= answered:
+            overtaken_by, seq = resent.popleft()
+            chunk = outstanding.get(seq)
+            if chunk is not None and chunk.overtaken_by == overtaken_by:
+                due.append(chunk)
+        while self._unresent <= answered - early:
+            chunk = outstanding.get(self._unresent)
+            if chunk is not None and not chunk.retries:  # one resent before it was overtaken waits in `resent`
+                due.append(chunk)
+            self._unresent += 1
+        if due:
+            self.counters["early_resent"] += len(due)
+            self._resend(due, now, out)
 
     def _count_padding(self, padding: int) -> None:
         """Zero bytes sent to fill a chunk to K (only where there are any: a counter is listed once it counts)."""
@@ -379,8 +433,9 @@ class Engine:
                 self._answer_fetch(h.seq, source, out)
             elif (chunk := outstanding.get(oldest + ((h.seq - oldest) & SEQ_MASK))) is None:
                 counters["late"] += 1
-            elif h.kind == _STATUS:
+            elif h.kind == _STATUS:  # the PS holds its resend and sends the RESULT once it has one: not lost
                 chunk.status = h.bitmap
+                chunk.overtaken_by = 0
                 counters["status"] += 1
             elif (h.flags & _MAX, h.lane_bits, h.index_bits) != chunk.reduction.format or h.bitmap != self._full \
                     or len(data) != chunk.reduction.result_bytes(chunk.index):  # fmt: skip
@@ -389,6 +444,7 @@ class Engine:
                 del outstanding[chunk.seq]
                 if chunk.retries == 0:
                     self.rtt.sample(now - chunk.first_sent)
+                self._answered = max(self._answered, chunk.seq)
                 group = accepted.get(chunk.reduction)
                 if group is None:
                     group = accepted[chunk.reduction] = ([], [])
@@ -399,6 +455,8 @@ class Engine:
                 counters["delivered"] += 1
         for reduction, (indices, packets) in accepted.items():
             reduction.fill(np.array(indices, dtype=np.int64), payloads(packets, reduction.words_per_result))
+        if accepted and config.early_resend:
+            self._resend_overtaken(now, out)
 
     def _answer_fetch(self, wire_seq: int, source: Address, out: _Outgoing) -> None:
         """The PS lost a result that another worker needs: send it ours, as received.

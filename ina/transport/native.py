@@ -90,7 +90,8 @@ def core_arguments(config: EngineConfig, policy: dict[str, Any], peer: Any, *, s
         ps=None if ps is None else peer(ps), pool=config.pool, slot_base=config.slot_base,
         span=config.span or config.pool, ps_only=config.ps_only, min_rto=config.min_rto, max_rto=config.max_rto,
         initial_rto=config.initial_rto, peer_timeout=config.peer_timeout, first_seq=config.first_seq,
-        served=served, failover=config.failover, failback=config.failback, pad=config.pad, racks=config.racks, **policy,
+        served=served, failover=config.failover, failback=config.failback, pad=config.pad, racks=config.racks,
+        early_resend=config.early_resend, **policy,
     )  # fmt: skip
 
 
