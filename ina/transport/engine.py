@@ -270,6 +270,7 @@ class Engine:
             if datagrams:
                 self._accept(datagrams, frames, now, out)
             self._pump(now, out)
+            self._shorten_tail(now)
         return out
 
     def _tick(self, now: float) -> _Outgoing:
@@ -291,7 +292,24 @@ class Engine:
         if due:
             self._resend(self._hold_back(due, now), now, out)
         self._pump(now, out)
+        self._shorten_tail(now)
         return out
+
+    def _shorten_tail(self, now: float) -> None:
+        """Once every chunk still outstanding is among the last `early_resend` sent (all before them answered, none
+        after them to overtake them: a MAX chunk the worker waits on, a reduction's last chunks), their timers count
+        from min_rto (section 8, "Early resends")."""
+        early, outstanding = self.config.early_resend, self._outstanding
+        if not early or not outstanding or next(iter(outstanding)) < self._next_send - early:
+            return
+        for chunk in outstanding.values():
+            if chunk.short_timer:
+                continue
+            chunk.short_timer = True
+            deadline = min(now + self.rtt.backoff(chunk.timeouts, True), chunk.first_sent + self.config.peer_timeout)
+            if deadline < chunk.deadline:
+                chunk.deadline = deadline
+                heapq.heappush(self._timers, (deadline, chunk.seq))
 
     def _hold_back(self, due: list[Chunk], now: float) -> list[Chunk]:
         """Of the chunks whose timers expired, those to resend (section 8, "Early resends"): with early resends, the
@@ -307,7 +325,7 @@ class Engine:
             if chunk.seq <= newest_probe or chunk.timeouts > 1:
                 resend.append(chunk)
                 continue
-            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + self.config.peer_timeout)
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + self.config.peer_timeout)
             heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
             self.counters["held_back"] += 1
         return resend
@@ -373,7 +391,7 @@ class Engine:
         overtaken_by = self._next_send + self.config.early_resend - 1
         for chunk in chunks:
             chunk.retries += 1
-            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + peer_timeout)
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + peer_timeout)
             heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
             if self.config.early_resend and chunk.overtaken_by != overtaken_by:  # else its entry is still queued
                 chunk.overtaken_by = overtaken_by
@@ -382,7 +400,7 @@ class Engine:
     def _resend_overtaken(self, now: float, out: _Outgoing) -> None:
         """Resend at once every chunk whose last transmission the RESULT of a chunk sent `early_resend` chunks after
         it overtook: on a path that keeps order that transmission, or its RESULT, was lost (section 8, "Early
-        resends"). The timeout is not doubled: it did not expire."""
+        resends"). The timeout is not doubled (none expired), and counts from min_rto: every worker sent the chunk."""
         answered, outstanding, early = self._answered, self._outstanding, self.config.early_resend
         due = []
         resent = self._resent
@@ -398,6 +416,8 @@ class Engine:
             self._unresent += 1
         if due:
             self.counters["early_resent"] += len(due)
+            for chunk in due:
+                chunk.short_timer = True
             self._resend(due, now, out)
 
     def _count_padding(self, padding: int) -> None:
