@@ -126,7 +126,6 @@ typedef struct {
     chunk_format format;
     uint32_t words; /* payload words of its pieces */
     double created, flush_at, flush_interval;
-    uint32_t flushes;    /* FLUSH requests sent for it */
     uint32_t generation; /* changes when the chunk dies: its heap entries are then void */
     uint32_t count, room; /* room: bitmaps allocated */
     size_t sums_room;     /* words allocated in sums */
@@ -673,7 +672,7 @@ static inline __attribute__((always_inline)) int32_t add_piece_of(PS *ps, job *j
         entry = seqmap_insert(&j->pending, seq);
         c = &j->chunks[entry];
         c->format = f, c->words = words, c->created = now;
-        c->flush_interval = ps->flush_delay, c->flush_at = now + ps->flush_delay, c->flushes = 0;
+        c->flush_interval = ps->flush_delay, c->flush_at = now + ps->flush_delay;
         c->count = 0, c->disjoint = 1;
         memset(c->held, 0, nw * sizeof *c->held);
         if (j->has_switch) schedule(ps, j, entry);
@@ -747,10 +746,12 @@ static void status(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f,
     ps->counts[C_status_sent]++;
 }
 
-/* A worker (its place in `workers`) resent chunk `seq` (of format `f`) whose result the PS lacks: remember it, to
- * send it the result when it comes (PS._requester); the chunk's fetch entry, or -1 if the resend does not match it. */
-static int32_t note_requester(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f) {
+/* A worker (its place in `workers`) resent chunk `seq` (of format `f`) whose result the PS lacks: remember it, and
+ * ask the other workers at most once per flush_delay; `repeated_only`: only if it resent it before (PS._fetch). */
+static void fetch_result(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f, double now, ina_tx *tx,
+                         int repeated_only) {
     int32_t e = seqmap_find(&j->fetches, seq);
+    int first = e < 0 || !(j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] >> (worker % 32) & 1);
     if (e < 0) {
         if (j->fetches.count >= j->cap) {
             seqmap_remove(&j->fetches, j->fetches.head);
@@ -761,28 +762,15 @@ static int32_t note_requester(PS *ps, job *j, int32_t worker, uint32_t seq, chun
         memset(j->requesters + (size_t)e * j->nreq, 0, j->nreq * sizeof *j->requesters);
     } else if (!format_eq(j->fetchv[e].format, f)) {
         ps->counts[C_mismatch]++;
-        return -1;
+        return;
     }
-    j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] |= 1u << (worker % 32);
-    return e;
-}
-
-/* Send FETCH for chunk `seq` to every worker of the job but `skip` (-1: none). */
-static void ask(PS *ps, job *j, uint32_t seq, chunk_format f, int32_t skip, ina_tx *tx) {
-    for (uint32_t r = 0; r < j->n; r++)
-        if ((int32_t)r != skip) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, seq, f, 0);
-    ps->counts[C_fetch_sent] += j->n - (skip >= 0);
-}
-
-/* A worker resent a chunk the window proves complete: remember it, and ask the other workers at most once per
- * flush_delay (PS._fetch). */
-static void fetch_result(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f, double now, ina_tx *tx) {
-    int32_t e = note_requester(ps, j, worker, seq, f);
-    if (e < 0) return;
     fetch *x = &j->fetchv[e];
-    if (x->sent && now < x->sent_at + ps->flush_delay) return;
+    j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] |= 1u << (worker % 32);
+    if ((repeated_only && first) || (x->sent && now < x->sent_at + ps->flush_delay)) return;
     x->sent = 1, x->sent_at = now;
-    ask(ps, j, seq, f, worker, tx); /* earlier requesters too: one may have got the result since it asked */
+    for (uint32_t r = 0; r < j->n; r++)
+        if (r != (uint32_t)worker) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, seq, f, 0);
+    ps->counts[C_fetch_sent] += j->n - 1;
 }
 
 /* Keep a RESULT received, drop the chunk's pieces and answer the workers that asked; 0 if stored already. */
@@ -847,7 +835,7 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, si
     if (proven_complete(j, h->seq)) {
         ps->counts[C_stale]++;
         if (h->flags & INA_FLAG_RESEND) {
-            fetch_result(ps, j, worker, h->seq, f, now, tx);
+            fetch_result(ps, j, worker, h->seq, f, now, tx, 0);
             status(ps, j, worker, h->seq, f, j->full, tx);
         }
         return;
@@ -857,7 +845,7 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, si
     bitmap[j->bit[worker] / 32] = 1u << (j->bit[worker] % 32);
     int32_t entry = add_piece(ps, j, h->seq, bitmap, f, data + INA_HEADER_BYTES, h->index_bits ? &j->table : NULL, now, tx);
     if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
-        if (j->has_switch) note_requester(ps, j, worker, h->seq, f); /* fetched with its FLUSH requests but the first */
+        if (j->has_switch) fetch_result(ps, j, worker, h->seq, f, now, tx, 1); /* asked when it resends again */
         status(ps, j, worker, h->seq, f, j->chunks[entry].held, tx);
     }
 }
@@ -917,7 +905,7 @@ static void ps_receive(void *self, const uint8_t *data, size_t length, ina_addr 
 }
 
 /* Ask the switch (a racked job's: the spine and every leaf) to flush a stalled chunk, then wait twice as long for
- * the next request; from the second request on, a chunk some worker resent is fetched from every worker too. */
+ * the next request. */
 static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
     chunk *c = &j->chunks[entry];
     uint32_t seq = j->pending.key[entry];
@@ -928,11 +916,6 @@ static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
     send_control(ps, tx, j->sw, INA_FLUSH, j->id, seq, c->format, 0);
     for (uint32_t r = 0; r < j->nracks; r++) send_control(ps, tx, j->leaves[r], INA_FLUSH, j->id, seq, c->format, 0);
     ps->counts[C_flush_sent] += 1 + j->nracks;
-    int32_t e = seqmap_find(&j->fetches, seq);
-    if (c->flushes++ && e >= 0) {
-        j->fetchv[e].sent = 1, j->fetchv[e].sent_at = now;
-        ask(ps, j, seq, j->fetchv[e].format, -1, tx);
-    }
     c->flush_interval = 2 * c->flush_interval < FLUSH_CAP ? 2 * c->flush_interval : FLUSH_CAP;
     c->flush_at = now + c->flush_interval;
     schedule(ps, j, entry);

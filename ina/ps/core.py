@@ -18,7 +18,7 @@ import numpy as np
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
 from ina.control.watch import Waiting
-from ina.net.node import Address, Datagram
+from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
 from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
@@ -239,9 +239,9 @@ class ParameterServer:
         if chunk is not None and f.flags & _RESEND:
             if job.switch is not None:
                 # It may have completed at the switch with this worker's RESULT and the PS's copy lost, and (its
-                # last chunks) no later chunk ever lets the window prove it: asked with its next FLUSH request
-                # but the first, once the switch's copy or partials had the time to arrive.
-                self._requester(job, worker, f.seq, fmt)
+                # last chunks) no later chunk ever lets the window prove it. Usually the copy or the partials are
+                # on their way: fetched only when the worker resends it again, after its timeout.
+                self._fetch(job, worker, f.seq, fmt, now, out, repeated_only=True)
             self._status(job, worker, f.seq, fmt, chunk.pieces.held, out)
 
     def _status(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, held: int, out: list[Datagram]) -> None:
@@ -310,10 +310,13 @@ class ParameterServer:
             self._counts["results_replayed"] += fetch.requesters.bit_count()
         return True
 
-    def _requester(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat) -> Fetch | None:
+    def _fetch(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, now: float, out: list[Datagram], *,
+               repeated_only: bool = False) -> None:  # fmt: skip
         """A worker (its place in `workers`) resent a chunk (of format `fmt`) whose result the PS lacks: remember
-        it, to send it the result when it comes; the chunk's fetch, or None if the resend does not match it."""
+        it, and ask the job's other workers (each keeps its newest 2W results) at most once per `flush_delay`;
+        `repeated_only`: only if this worker resent it before (its first resend is only remembered)."""
         fetch = job.fetches.get(seq)
+        first = fetch is None or not fetch.requesters >> worker & 1
         if fetch is None:
             if len(job.fetches) >= job.pending_cap:
                 job.fetches.popitem(last=False)
@@ -321,25 +324,15 @@ class ParameterServer:
             fetch = job.fetches[seq] = Fetch(fmt)
         elif fetch.format != fmt:
             self._counts["mismatch"] += 1
-            return None
+            return
         fetch.requesters |= 1 << worker
-        return fetch
-
-    def _fetch(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, now: float, out: list[Datagram]) -> None:
-        """A worker resent a chunk the window proves complete: remember it, and ask the job's other workers (each
-        keeps its newest 2W results) at most once per `flush_delay`."""
-        fetch = self._requester(job, worker, seq, fmt)
-        if fetch is None or (fetch.sent_at is not None and now < fetch.sent_at + self.flush_delay):
+        if (repeated_only and first) or (fetch.sent_at is not None and now < fetch.sent_at + self.flush_delay):
             return
         fetch.sent_at = now
         # Every other worker, earlier requesters too: one may have got the result since it asked.
-        self._ask(job, seq, fmt, [w for place, w in enumerate(job.workers) if place != worker], out)
-
-    def _ask(self, job: JobState, seq: int, fmt: ChunkFormat, workers: list[Address], out: list[Datagram]) -> None:
-        """Send FETCH for chunk `seq` to `workers`."""
         packet = _header(Kind.FETCH, job.spec.job, seq, fmt).pack()
-        out.extend(Datagram(packet, w) for w in workers)
-        self._counts["fetch_sent"] += len(workers)
+        out.extend(Datagram(packet, w) for place, w in enumerate(job.workers) if place != worker)
+        self._counts["fetch_sent"] += len(job.workers) - 1
 
     def _add_piece(self, job: JobState, seq: int, bitmap: int, fmt: ChunkFormat, sums: np.ndarray, now: float,
                    out: list[Datagram]) -> Chunk | None:  # fmt: skip
@@ -400,19 +393,13 @@ class ParameterServer:
 
     def _flush(self, job: JobState, chunk: Chunk, now: float, out: list[Datagram]) -> None:
         """Ask the switch (a racked job's: the spine and every leaf) to flush a stalled chunk, then wait twice as
-        long for the next request. From the second request on, a chunk some worker resent is also fetched from
-        every worker: no partial completed it, so it may have completed at the switch."""
+        long for the next request."""
         if job.proven_complete(chunk.seq):
             self._drop(job, chunk, "retired")
             return
         packet = _header(Kind.FLUSH, job.spec.job, chunk.seq, chunk.format).pack()
         out.extend(Datagram(packet, to) for to in job.flush_to)
         self._counts["flush_sent"] += len(job.flush_to)
-        fetch = job.fetches.get(chunk.seq)
-        if chunk.flushes and fetch is not None:
-            fetch.sent_at = now
-            self._ask(job, chunk.seq, fetch.format, job.workers, out)
-        chunk.flushes += 1
         chunk.flush_interval = min(2 * chunk.flush_interval, FLUSH_CAP)
         chunk.flush_at = now + chunk.flush_interval
         self._schedule(job, chunk)
