@@ -93,7 +93,7 @@ def test_a_spine_partial_holding_a_rack_whose_workers_resent_counts_each_worker_
 def test_overlapping_pieces_wait_for_a_disjoint_cover_of_every_worker():
     ps = make_ps()
     assert send(ps, (spine_partial(0b011, 4), SPINE), (spine_partial(0b110, 4), SPINE)) == [], "both hold rack 1"
-    assert ps.waiting().present.tolist() == [0b111111]
+    assert ps.waiting().bitmaps() == [0b111111]
     assert_result(ps.receive([Datagram(rack_sum(2, 4), LEAVES[2])], 0.0), 4)
 
 
@@ -218,7 +218,16 @@ def test_waiting_reports_what_the_ps_holds_by_place_in_workers():
     ps = make_ps()
     send(ps, (spine_partial(0b001, 0), SPINE), (worker_data(3, 0), WORKERS[3]), (rack_sum(2, 1), LEAVES[2]))
     waiting = ps.waiting()
-    assert waiting.chunk.tolist() == [0, 1] and waiting.present.tolist() == [0b001011, 0b100000]
+    assert waiting.chunk.tolist() == [0, 1] and waiting.bitmaps() == [0b001011, 0b100000]
+
+
+def test_waiting_reports_every_worker_of_a_racked_job_beyond_32():
+    racks = (30, 10)
+    workers = tuple((f"10.0.{r}.{rank + 1}", 5000) for r, n in enumerate(racks) for rank in range(n))
+    ps = make_ps(racked_spec(racks, workers=workers, leaves=LEAVES[:2]))
+    send(ps, (rack_sum(0, 2), LEAVES[0]), (data(5, 2, CONTRIB[0]), workers[35]))  # rack 0 whole, rack 1's rank 5
+    waiting = ps.waiting()
+    assert waiting.present.shape == (1, 2) and waiting.bitmaps() == [(1 << 30) - 1 | 1 << 35]
 
 
 @pytest.mark.parametrize(("change", "message"), [

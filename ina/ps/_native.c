@@ -1132,34 +1132,48 @@ static PyObject *PS_job_state(PS *self, PyObject *args) {
     return Py_BuildValue("IIIKK", pending, results, fetching, completed, switch_completed);
 }
 
-/* The first 32 workers (by place in `workers`) in the bitmap `held`, as core.py's waiting reports them. */
-static uint32_t ranks_held(const job *j, const uint32_t *held) {
-    if (!j->nracks) return held[0];
-    uint64_t ranks = 0;
-    for (uint32_t r = 0; r < j->nracks && j->offsets[r] < 32; r++) ranks |= (uint64_t)held[r] << j->offsets[r];
-    return (uint32_t)ranks;
+/* The workers (by place in `workers`) in the bitmap `held`, as core.py's waiting reports them: into `out`, words
+ * of 32 (zeroed first). */
+static void ranks_held(const job *j, const uint32_t *held, uint32_t *out, uint32_t width) {
+    memset(out, 0, width * sizeof *out);
+    if (!j->nracks) {
+        out[0] = held[0];
+        return;
+    }
+    for (uint32_t r = 0; r < j->nracks; r++) {
+        uint32_t at = j->offsets[r], shift = at % 32;
+        uint64_t bits = (uint64_t)held[r] << shift; /* rack r's n_r bits, at its offset: in one word or two */
+        out[at / 32] |= (uint32_t)bits;
+        if (bits >> 32) out[at / 32 + 1] |= (uint32_t)(bits >> 32);
+    }
 }
 
-/* waiting(): every incomplete chunk as native-order uint32 arrays (job ids, seqs, MAX flags, bitmaps held). */
+/* waiting() -> (rows, width): every incomplete chunk as native-order uint32 arrays (job ids, seqs, MAX flags), then
+ * each chunk's workers held as `width` words (the widest job's: 32 workers a word). */
 static PyObject *PS_waiting(PS *self, PyObject *unused) {
     (void)unused;
     if (not_ready(self)) return NULL;
     ina_py_lock(&self->loop);
     size_t total = 0;
-    for (uint32_t k = 0; k < self->njobs; k++) total += self->jobs[self->order[k]]->pending.count;
-    uint32_t *rows = malloc((4 * total + 1) * sizeof *rows), *out = rows;
+    uint32_t width = 1;
+    for (uint32_t k = 0; k < self->njobs; k++) {
+        const job *j = self->jobs[self->order[k]];
+        total += j->pending.count;
+        if ((j->n + 31) / 32 > width) width = (j->n + 31) / 32;
+    }
+    uint32_t *rows = malloc(((3 + width) * total + 1) * sizeof *rows), *out = rows;
     if (rows) {
         for (uint32_t k = 0; k < self->njobs; k++) {
             const job *j = self->jobs[self->order[k]];
             for (int32_t e = j->pending.head; e >= 0; e = j->pending.next[e], out++) {
-                out[0] = j->id, out[total] = j->pending.key[e];
-                out[2 * total] = j->chunks[e].format.flags != 0, out[3 * total] = ranks_held(j, j->chunks[e].held);
+                out[0] = j->id, out[total] = j->pending.key[e], out[2 * total] = j->chunks[e].format.flags != 0;
+                ranks_held(j, j->chunks[e].held, rows + 3 * total + (size_t)(out - rows) * width, width);
             }
         }
     }
     ina_py_unlock(&self->loop);
     if (!rows) return PyErr_NoMemory();
-    PyObject *result = Py_BuildValue("y#", (const char *)rows, (Py_ssize_t)(4 * total * sizeof *rows));
+    PyObject *result = Py_BuildValue("y#I", (const char *)rows, (Py_ssize_t)((3 + width) * total * sizeof *rows), width);
     free(rows);
     return result;
 }
@@ -1201,7 +1215,7 @@ static PyMethodDef PS_methods[] = {
     {"deregister", (PyCFunction)PS_deregister, METH_VARARGS, "Forget a job: its pieces, results, fetches and timers."},
     {"job_state", (PyCFunction)PS_job_state, METH_VARARGS, "(pending, results, fetching, completed, switch_completed) of a job."},
     {"counters", (PyCFunction)PS_counters, METH_NOARGS, "Every counter, in the order of COUNTERS."},
-    {"waiting", (PyCFunction)PS_waiting, METH_NOARGS, "Incomplete chunks: 4 rows of uint32 (job, seq, max, held)."},
+    {"waiting", (PyCFunction)PS_waiting, METH_NOARGS, "Incomplete chunks: (uint32 rows job, seq, max, then held words; width)."},
     {"receive", (PyCFunction)PS_receive, METH_VARARGS, "receive(data, start, length, ip, port, now): what to send."},
     {"tick", (PyCFunction)PS_tick, METH_VARARGS, "tick(now): the FLUSH requests and expiries due."},
     {"next_deadline", (PyCFunction)PS_next_deadline, METH_NOARGS, "When tick next has work, or None."},

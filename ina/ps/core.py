@@ -17,7 +17,7 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
-from ina.control.watch import Waiting
+from ina.control.watch import Waiting, words_of
 from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
@@ -28,9 +28,6 @@ _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packe
 _RESEND = int(Flag.RESEND)
 _HOLD = int(Flag.HOLD)
 _SPINE = int(Flag.SPINE)
-
-_RANKS_WATCHED = 0xFFFFFFFF
-"""The ranks a `Waiting` row holds (ina.control.watch: uint32)."""
 
 FLUSH_CAP = 1.0
 """Longest wait between two FLUSH requests for one chunk, seconds (section 6)."""
@@ -146,12 +143,13 @@ class ParameterServer:
         return dict(self._counts)
 
     def waiting(self) -> Waiting:
-        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold. A racked
-        job's ranks are places in its `workers` (rack offset + rank in the rack), of which the watch's 32-bit
-        rows hold the first 32: a job of more workers shows its later ones as always missing."""
-        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, state.ranks_held(chunk.pieces.held) & _RANKS_WATCHED)
+        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold; a racked
+        job's ranks are places in its `workers` (rack offset + rank in the rack), up to 32 x 32."""
+        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, state.ranks_held(chunk.pieces.held))
                 for job, state in self._jobs.items() for chunk in state.pending.values()]  # fmt: skip
-        return waiting_of(np.array(rows, dtype=np.uint64).reshape(-1, 3).T)
+        width = -(-max((len(state.workers) for state in self._jobs.values()), default=1) // 32)
+        job, chunk = np.array([row[:2] for row in rows], dtype=np.uint64).reshape(-1, 2).T
+        return Waiting(job.astype(np.int64), chunk, words_of([row[2] for row in rows], width))
 
     # --- packets ----------------------------------------------------------------------
 
@@ -414,9 +412,3 @@ def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0, f
     """A header for chunk `seq` of `job`: its operation (and `flags`), format and slot, no rank or priority."""
     return Header(kind, job, seq, Flag(fmt.flags | flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits,
                   bitmap=bitmap)
-
-
-def waiting_of(rows: np.ndarray) -> Waiting:
-    """A `Waiting` from three rows (job, chunk key, bitmap held) of uint64."""
-    job, chunk, held = rows
-    return Waiting(job.astype(np.int64), chunk, held.astype(np.uint32))
