@@ -160,7 +160,8 @@ class Engine:
     a peer that stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
     With a switch, it keeps its newest 2W results to answer its PS's FETCH (the PS lost a result
     another worker needs); in PS-only mode the PS's own ring holds them all, and it keeps none
-    (docs/protocol.md, section 8). `counters`: sent, resent, delivered, status, fetch_answered, padding_bytes
+    (docs/protocol.md, section 8). `counters`: sent, resent (of them early_resent: overtaken by a later chunk's RESULT),
+    held_back (timed out behind the oldest, left to their next timeout), delivered, status, fetch_answered, padding_bytes
     (zeros sent to fill chunks to K for a switch that takes only whole chunks), and drops: foreign (not from
     the switch or PS), malformed, unexpected (wrong job, kind, format, length, or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
     for a result not kept); failed.
