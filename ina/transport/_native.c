@@ -414,7 +414,10 @@ static void tick(void *self, double now, ina_tx *tx) {
         timer t = e->timers[0];
         timers_pop(e->timers, &e->timers_count);
         for (uint64_t seq = t.seq; seq < t.end; seq++)
-            if (armed(e, seq, t.deadline) && due < e->window) e->due[due++] = (timer){t.deadline, seq, seq + 1};
+            if (armed(e, seq, t.deadline) && due < e->window) {
+                e->due[due++] = (timer){t.deadline, seq, seq + 1};
+                outstanding(e, seq)->deadline = INFINITY; /* re-armed below: an older entry of that deadline is stale too */
+            }
     }
     for (size_t i = 1; i < due; i++) { /* in the reference's (deadline, seq) order: nearly sorted already */
         timer moving = e->due[i];

@@ -10,6 +10,7 @@ The same object runs behind a UDP socket (`ina.net.udp`) and inside the simulato
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -289,6 +290,7 @@ class Engine:
                 return out
             self._maybe_fail_over(chunk, now)
             chunk.timeouts += 1
+            chunk.deadline = math.inf  # re-armed below: an older entry of the same deadline is stale too
             due.append(chunk)
         if due:
             self._resend(self._hold_back(due, now), now, out)
