@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from ina.control.watch import Lateness, Waiting, Watch
+from ina.control.watch import Lateness, Waiting, Watch, words_of
 
 
 def snapshot(*chunks: tuple[int, int, int]) -> Waiting:
@@ -33,6 +33,18 @@ def test_each_sample_charges_its_period_to_every_rank_missing_from_a_started_chu
     lateness.observe(0.4, fanins, snapshot((7, 2, 0b101)))
     assert lateness.report(7)["stalled_ranks"] == [1]  # waiting 0.3 s >= stall_after
     assert lateness.report(8)["slowest_rank"] is None and lateness.report(9) is None
+
+
+def test_a_job_of_more_than_32_ranks_is_charged_rank_by_rank_past_the_first_word():
+    lateness = Lateness(stall_after=0.25)
+    everyone = (1 << 40) - 1
+    wide = Waiting(np.array([7, 7]), np.array([1, 2], dtype=np.uint64), words_of([everyone & ~(1 << 35), everyone & ~(1 << 3)], 2))
+    lateness.observe(0.0, {7: 40}, wide)
+    lateness.observe(0.5, {7: 40}, wide)
+    report = lateness.report(7)
+    assert len(report["ranks"]) == 40 and report["stalled_ranks"] == [3, 35]
+    assert [rank["wait_seconds"] for rank in report["ranks"] if rank["wait_seconds"]] == pytest.approx([0.5, 0.5])
+    assert wide.bitmaps() == [everyone & ~(1 << 35), everyone & ~(1 << 3)]
 
 
 def test_a_job_that_leaves_or_comes_back_with_other_ranks_starts_afresh():

@@ -255,6 +255,34 @@ def test_a_timeout_resends_the_oldest_chunks_and_holds_back_the_rest_until_their
     assert sorted(h.seq for h in headers(second)) == [0, 1, 2, 3, 4, 5] and engine.counters["held_back"] == 3
 
 
+def _slow_estimate(engine: Engine) -> None:
+    """Give the engine an RTT estimate as a late peer leaves it: one sample of 0.5 s (timeout: max_rto)."""
+    (first,) = _sent(engine, 1)
+    engine.receive([result_for(first, np.zeros(K))], 0.5)
+    assert engine.rtt.rto == engine.config.max_rto
+
+
+def test_a_chunk_resent_early_times_out_from_min_rto_not_from_an_estimate_late_peers_grew():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=1.0, peer_timeout=5.0))
+    _slow_estimate(engine)
+    sent = _sent(engine, 6, now=1.0)
+    engine.receive([result_for(d, np.zeros(K)) for d in sent[1:]], 1.001)  # chunk 1 of these resent early
+    assert engine.next_deadline() == pytest.approx(1.001 + 0.05)
+
+
+def test_chunks_nothing_can_overtake_time_out_from_min_rto_once_all_before_them_are_answered():
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=1.0, peer_timeout=5.0))
+    _slow_estimate(engine)
+    sent = _sent(engine, 5, now=1.0)
+    assert engine.next_deadline() == pytest.approx(2.0)  # the estimate: their peers may be late
+    engine.receive([result_for(d, np.zeros(K)) for d in sent[:3]], 1.01)  # the last two: a reduction's tail
+    assert engine.next_deadline() == pytest.approx(1.01 + 0.05) and "resent" not in engine.counters
+    engine.receive([result_for(d, np.zeros(K)) for d in sent[3:]], 1.02)
+    engine.submit(np.ones(1, dtype=np.uint32), op="max", lane_bits=32, now=1.03)  # a MAX chunk the worker waits on
+    engine.tick(1.03)
+    assert engine.next_deadline() == pytest.approx(1.03 + 0.05)
+
+
 def test_early_resends_off_leaves_a_chunk_to_its_timer():
     engine = Engine(config(window=8, early_resend=0))
     sent = _sent(engine, 6)

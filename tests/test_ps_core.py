@@ -89,7 +89,7 @@ def test_a_worker_in_two_pieces_is_counted_once():
     # Worker 0's resend reached the PS, and then a flushed partial that also holds it.
     out = send(ps, (data(0, 1, CONTRIB[0], flags=Flag.RESEND), SWITCH), (partial(0b0011, 1, CONTRIB[0] + CONTRIB[1]), SWITCH),
                (data(2, 1, CONTRIB[2]), SWITCH))
-    assert [h.kind for h, _, _ in out] == [Kind.STATUS]  # no FETCH before the chunk's second FLUSH request
+    assert [h.kind for h, _, _ in out] == [Kind.STATUS]  # a first resend of an incomplete chunk fetches nothing
     out = send(ps, (data(3, 1, CONTRIB[3]), SWITCH))
     assert len(out) == 4 and all(payload == TOTAL for _, payload, _ in out)
 

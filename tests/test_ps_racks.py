@@ -93,7 +93,7 @@ def test_a_spine_partial_holding_a_rack_whose_workers_resent_counts_each_worker_
 def test_overlapping_pieces_wait_for_a_disjoint_cover_of_every_worker():
     ps = make_ps()
     assert send(ps, (spine_partial(0b011, 4), SPINE), (spine_partial(0b110, 4), SPINE)) == [], "both hold rack 1"
-    assert ps.waiting().present.tolist() == [0b111111]
+    assert ps.waiting().bitmaps() == [0b111111]
     assert_result(ps.receive([Datagram(rack_sum(2, 4), LEAVES[2])], 0.0), 4)
 
 
@@ -114,19 +114,18 @@ def test_max_chunks_take_the_maximum_over_both_levels():
     assert header.flags == Flag.SPINE | Flag.MAX and header.bitmap == ALL_RACKS and payload == [max(norms)]
 
 
-def test_a_resend_gets_a_status_of_its_racks_workers_held_and_fetches_go_to_every_worker_with_the_second_flush():
+def test_a_resend_gets_a_status_of_its_racks_workers_held_and_a_second_one_fetches_from_every_other_worker():
     ps = make_ps()
     send(ps, (spine_partial(0b001, 6), SPINE), (worker_data(2, 6), LEAVES[1]))
-    out = ps.receive([Datagram(worker_data(4, 6, flags=Flag.RESEND), WORKERS[4])], 0.0)
     status = Header(Kind.STATUS, JOB, 6, slot=9, lane_bits=8, bitmap=0b101).pack()  # rack 1's ranks 0 and 2
-    assert out == [Datagram(status, WORKERS[4])]
+    resend = Datagram(worker_data(4, 6, flags=Flag.RESEND), WORKERS[4])
+    assert ps.receive([resend], 0.0) == [Datagram(status, WORKERS[4])]
     out = ps.receive([Datagram(worker_data(0, 6, flags=Flag.RESEND), LEAVES[0])], 0.0)
     assert out == [Datagram(Header(Kind.STATUS, JOB, 6, slot=9, lane_bits=8, bitmap=0b11).pack(), WORKERS[0])], "rack 0 whole"
     assert ps.counters()["duplicate"] == 0, "a worker's resend overlapping the spine's partial is a piece of its own"
-    flush, fetch = (Header(kind, JOB, 6, slot=9, lane_bits=8).pack() for kind in (Kind.FLUSH, Kind.FETCH))
-    to_switches = [Datagram(flush, to) for to in (SPINE, *LEAVES)]
-    assert ps.tick(0.002) == to_switches
-    assert ps.tick(0.006) == to_switches + [Datagram(fetch, w) for w in WORKERS]
+    fetch = Header(Kind.FETCH, JOB, 6, slot=9, lane_bits=8).pack()
+    out = ps.receive([resend], 0.1)  # worker 4 again, after its timeout
+    assert out == [Datagram(fetch, w) for place, w in enumerate(WORKERS) if place != 4] + [Datagram(status, WORKERS[4])]
 
 
 def test_a_resend_of_a_chunk_proven_complete_gets_its_racks_full_status():
@@ -219,7 +218,16 @@ def test_waiting_reports_what_the_ps_holds_by_place_in_workers():
     ps = make_ps()
     send(ps, (spine_partial(0b001, 0), SPINE), (worker_data(3, 0), WORKERS[3]), (rack_sum(2, 1), LEAVES[2]))
     waiting = ps.waiting()
-    assert waiting.chunk.tolist() == [0, 1] and waiting.present.tolist() == [0b001011, 0b100000]
+    assert waiting.chunk.tolist() == [0, 1] and waiting.bitmaps() == [0b001011, 0b100000]
+
+
+def test_waiting_reports_every_worker_of_a_racked_job_beyond_32():
+    racks = (30, 10)
+    workers = tuple((f"10.0.{r}.{rank + 1}", 5000) for r, n in enumerate(racks) for rank in range(n))
+    ps = make_ps(racked_spec(racks, workers=workers, leaves=LEAVES[:2]))
+    send(ps, (rack_sum(0, 2), LEAVES[0]), (data(5, 2, CONTRIB[0]), workers[35]))  # rack 0 whole, rack 1's rank 5
+    waiting = ps.waiting()
+    assert waiting.present.shape == (1, 2) and waiting.bitmaps() == [(1 << 30) - 1 | 1 << 35]
 
 
 @pytest.mark.parametrize(("change", "message"), [

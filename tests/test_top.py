@@ -180,6 +180,35 @@ def test_a_leaf_holding_a_racks_partial_shows_it_and_names_the_rank_it_waits_for
     assert f"pool of switch {address(racks.leaves[1])}: 1 of {POOL} slots held (12%)" in screen, screen
 
 
+def test_a_racked_job_of_more_than_32_workers_is_waited_on_by_its_worker_beyond_32(capsys):
+    """Racks of 30 and 10 workers: the PS holds a chunk from every worker but place 35 (rack 1's rank 5), and the
+    watch and `ina top` name that worker, not one of every worker past the first 32."""
+    racks_of = (30, 10)
+    with LocalRacks(RACKS, words=WORDS, pool=POOL, path="python") as racks:
+        sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(sum(racks_of))]
+        try:
+            for sock in sockets:
+                sock.bind(("127.0.0.1", 0))
+            workers = tuple(Endpoint(*sock.getsockname()) for sock in sockets)
+            ps = RackedJob.client(racks.ps)
+            ps.register(JobSpec(JOB, workers, 4, racks=racks_of, switch=endpoint(racks.spine), leaves=tuple(map(endpoint, racks.leaves))))
+            for place, sock in enumerate(sockets):
+                rank = place if place < racks_of[0] else place - racks_of[0]
+                if place != 35:
+                    header = Header(Kind.DATA, job=JOB, seq=0, rank=rank, slot=0, lane_bits=8, bitmap=1 << rank)
+                    sock.sendto(header.pack(np.ones(WORDS, dtype=np.uint32)), racks.ps.address)
+            deadline = time.monotonic() + 30
+            while ps.jobs()[0].get("slowest_rank") is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert ps.jobs()[0]["slowest_rank"] == 35
+            screen = top(capsys, racks, iterations=1)
+        finally:
+            for sock in sockets:
+                sock.close()
+    _, rows = table(screen)
+    assert rows[0][0] == str(JOB) and rows[0][3] == "40" and rows[0][-1] == "rank 35 (ps)", screen
+
+
 def test_one_switch_reads_as_it_always_did():
     switch = Reading("switch", "127.0.0.1:1", 0.0, jobs={3: {"job": 3, "owner": "a", "priority_cap": 9, "workers": [1, 2], "held": 2,
                                                              "completed": 5, "preempting": 1, "preempted": 0}},

@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +31,39 @@ STALL_AFTER = 2.0
 @dataclass(frozen=True, slots=True)
 class Waiting:
     """The chunks an aggregator holds partially at one moment: per chunk its job, a key unique
-    among the job's chunks in flight, and the bitmap of ranks that have contributed."""
+    among the job's chunks in flight, and the bitmap of ranks that have contributed: a row of 32-bit
+    words (rank r at bit r % 32 of word r // 32), as many as the widest job needs. A switch's jobs
+    have at most 32 ranks, one word (a 1-D array is taken as that); a PS's racked job up to 32 x 32."""
 
     job: np.ndarray
     chunk: np.ndarray
     present: np.ndarray
 
+    def __post_init__(self) -> None:
+        if self.present.ndim == 1:
+            object.__setattr__(self, "present", self.present.reshape(-1, 1))
+
     @classmethod
     def empty(cls) -> Waiting:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint32))
+
+    def bitmaps(self) -> list[int]:
+        """Each chunk's ranks present, as an integer."""
+        return [int.from_bytes(row.astype("<u4").tobytes(), "little") for row in self.present]
+
+    def ranks(self, rows: np.ndarray, count: int) -> np.ndarray:
+        """Whether each of ranks 0..count-1 is present, for chunks `rows`: booleans, a row a chunk."""
+        words = np.ascontiguousarray(self.present[rows], dtype="<u4")
+        bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little").astype(bool)
+        if bits.shape[1] < count:  # ranks beyond the widest bitmap given: none present
+            bits = np.pad(bits, ((0, 0), (0, count - bits.shape[1])))
+        return bits[:, :count]
+
+
+def words_of(bitmaps: Sequence[int], width: int) -> np.ndarray:
+    """Integer bitmaps as `Waiting.present` rows of `width` 32-bit words."""
+    data = b"".join(bitmap.to_bytes(4 * width, "little") for bitmap in bitmaps)
+    return np.frombuffer(data, dtype="<u4").reshape(len(bitmaps), width).astype(np.uint32)
 
 
 @dataclass(slots=True)
@@ -80,25 +104,18 @@ class Lateness:
             decay = math.exp(-period * math.log(2) / self.half_life)
             self._jobs = {job: self._jobs[job] if job in self._jobs and self._jobs[job].fanin == n else _Job(n)
                           for job, n in fanins.items()}  # fmt: skip
-            for state in self._jobs.values():
-                state.held = 0
-                for rank in state.ranks:
-                    rank.waiting, rank.oldest = 0, 0.0
             seen: dict[tuple[int, int], float] = {}
-            for job, chunk, present in zip(waiting.job.tolist(), waiting.chunk.tolist(), waiting.present.tolist()):
-                state = self._jobs.get(job)
-                if state is None:
-                    continue
-                since = seen[job, chunk] = self._first_seen.get((job, chunk), now)
-                state.held += 1
-                missing = ((1 << state.fanin) - 1) & ~present
-                if not present:
-                    continue  # nobody to wait for yet
-                for r in range(state.fanin):
-                    if missing >> r & 1:
-                        rank = state.ranks[r]
-                        rank.waiting += 1
-                        rank.oldest = max(rank.oldest, now - since)
+            for job, state in self._jobs.items():
+                rows = np.flatnonzero(waiting.job == job)
+                chunks = waiting.chunk[rows].tolist()
+                since = np.array([self._first_seen.get((job, chunk), now) for chunk in chunks], dtype=float)
+                seen.update(zip(((job, chunk) for chunk in chunks), since.tolist()))
+                state.held = len(chunks)
+                present = waiting.ranks(rows, state.fanin)
+                missing = ~present & present.any(axis=1, keepdims=True)  # a chunk nobody has sent to waits for nobody yet
+                ages = np.where(missing, (now - since)[:, None], 0.0)
+                for rank, count, oldest in zip(state.ranks, missing.sum(axis=0).tolist(), ages.max(axis=0, initial=0.0).tolist()):
+                    rank.waiting, rank.oldest = count, oldest
             for state in self._jobs.values():
                 for rank in state.ranks:
                     rank.wait_seconds += period * rank.waiting

@@ -126,7 +126,6 @@ typedef struct {
     chunk_format format;
     uint32_t words; /* payload words of its pieces */
     double created, flush_at, flush_interval;
-    uint32_t flushes;    /* FLUSH requests sent for it */
     uint32_t generation; /* changes when the chunk dies: its heap entries are then void */
     uint32_t count, room; /* room: bitmaps allocated */
     size_t sums_room;     /* words allocated in sums */
@@ -673,7 +672,7 @@ static inline __attribute__((always_inline)) int32_t add_piece_of(PS *ps, job *j
         entry = seqmap_insert(&j->pending, seq);
         c = &j->chunks[entry];
         c->format = f, c->words = words, c->created = now;
-        c->flush_interval = ps->flush_delay, c->flush_at = now + ps->flush_delay, c->flushes = 0;
+        c->flush_interval = ps->flush_delay, c->flush_at = now + ps->flush_delay;
         c->count = 0, c->disjoint = 1;
         memset(c->held, 0, nw * sizeof *c->held);
         if (j->has_switch) schedule(ps, j, entry);
@@ -747,10 +746,12 @@ static void status(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f,
     ps->counts[C_status_sent]++;
 }
 
-/* A worker (its place in `workers`) resent chunk `seq` (of format `f`) whose result the PS lacks: remember it, to
- * send it the result when it comes (PS._requester); the chunk's fetch entry, or -1 if the resend does not match it. */
-static int32_t note_requester(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f) {
+/* A worker (its place in `workers`) resent chunk `seq` (of format `f`) whose result the PS lacks: remember it, and
+ * ask the other workers at most once per flush_delay; `repeated_only`: only if it resent it before (PS._fetch). */
+static void fetch_result(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f, double now, ina_tx *tx,
+                         int repeated_only) {
     int32_t e = seqmap_find(&j->fetches, seq);
+    int first = e < 0 || !(j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] >> (worker % 32) & 1);
     if (e < 0) {
         if (j->fetches.count >= j->cap) {
             seqmap_remove(&j->fetches, j->fetches.head);
@@ -761,28 +762,15 @@ static int32_t note_requester(PS *ps, job *j, int32_t worker, uint32_t seq, chun
         memset(j->requesters + (size_t)e * j->nreq, 0, j->nreq * sizeof *j->requesters);
     } else if (!format_eq(j->fetchv[e].format, f)) {
         ps->counts[C_mismatch]++;
-        return -1;
+        return;
     }
-    j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] |= 1u << (worker % 32);
-    return e;
-}
-
-/* Send FETCH for chunk `seq` to every worker of the job but `skip` (-1: none). */
-static void ask(PS *ps, job *j, uint32_t seq, chunk_format f, int32_t skip, ina_tx *tx) {
-    for (uint32_t r = 0; r < j->n; r++)
-        if ((int32_t)r != skip) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, seq, f, 0);
-    ps->counts[C_fetch_sent] += j->n - (skip >= 0);
-}
-
-/* A worker resent a chunk the window proves complete: remember it, and ask the other workers at most once per
- * flush_delay (PS._fetch). */
-static void fetch_result(PS *ps, job *j, int32_t worker, uint32_t seq, chunk_format f, double now, ina_tx *tx) {
-    int32_t e = note_requester(ps, j, worker, seq, f);
-    if (e < 0) return;
     fetch *x = &j->fetchv[e];
-    if (x->sent && now < x->sent_at + ps->flush_delay) return;
+    j->requesters[(size_t)e * j->nreq + (uint32_t)worker / 32] |= 1u << (worker % 32);
+    if ((repeated_only && first) || (x->sent && now < x->sent_at + ps->flush_delay)) return;
     x->sent = 1, x->sent_at = now;
-    ask(ps, j, seq, f, worker, tx); /* earlier requesters too: one may have got the result since it asked */
+    for (uint32_t r = 0; r < j->n; r++)
+        if (r != (uint32_t)worker) send_control(ps, tx, j->workers[r], INA_FETCH, j->id, seq, f, 0);
+    ps->counts[C_fetch_sent] += j->n - 1;
 }
 
 /* Keep a RESULT received, drop the chunk's pieces and answer the workers that asked; 0 if stored already. */
@@ -847,7 +835,7 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, si
     if (proven_complete(j, h->seq)) {
         ps->counts[C_stale]++;
         if (h->flags & INA_FLAG_RESEND) {
-            fetch_result(ps, j, worker, h->seq, f, now, tx);
+            fetch_result(ps, j, worker, h->seq, f, now, tx, 0);
             status(ps, j, worker, h->seq, f, j->full, tx);
         }
         return;
@@ -857,7 +845,7 @@ static void on_data(PS *ps, job *j, const ina_header *h, const uint8_t *data, si
     bitmap[j->bit[worker] / 32] = 1u << (j->bit[worker] % 32);
     int32_t entry = add_piece(ps, j, h->seq, bitmap, f, data + INA_HEADER_BYTES, h->index_bits ? &j->table : NULL, now, tx);
     if (entry >= 0 && (h->flags & INA_FLAG_RESEND)) {
-        if (j->has_switch) note_requester(ps, j, worker, h->seq, f); /* fetched with its FLUSH requests but the first */
+        if (j->has_switch) fetch_result(ps, j, worker, h->seq, f, now, tx, 1); /* asked when it resends again */
         status(ps, j, worker, h->seq, f, j->chunks[entry].held, tx);
     }
 }
@@ -917,7 +905,7 @@ static void ps_receive(void *self, const uint8_t *data, size_t length, ina_addr 
 }
 
 /* Ask the switch (a racked job's: the spine and every leaf) to flush a stalled chunk, then wait twice as long for
- * the next request; from the second request on, a chunk some worker resent is fetched from every worker too. */
+ * the next request. */
 static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
     chunk *c = &j->chunks[entry];
     uint32_t seq = j->pending.key[entry];
@@ -928,11 +916,6 @@ static void flush(PS *ps, job *j, int32_t entry, double now, ina_tx *tx) {
     send_control(ps, tx, j->sw, INA_FLUSH, j->id, seq, c->format, 0);
     for (uint32_t r = 0; r < j->nracks; r++) send_control(ps, tx, j->leaves[r], INA_FLUSH, j->id, seq, c->format, 0);
     ps->counts[C_flush_sent] += 1 + j->nracks;
-    int32_t e = seqmap_find(&j->fetches, seq);
-    if (c->flushes++ && e >= 0) {
-        j->fetchv[e].sent = 1, j->fetchv[e].sent_at = now;
-        ask(ps, j, seq, j->fetchv[e].format, -1, tx);
-    }
     c->flush_interval = 2 * c->flush_interval < FLUSH_CAP ? 2 * c->flush_interval : FLUSH_CAP;
     c->flush_at = now + c->flush_interval;
     schedule(ps, j, entry);
@@ -1149,34 +1132,48 @@ static PyObject *PS_job_state(PS *self, PyObject *args) {
     return Py_BuildValue("IIIKK", pending, results, fetching, completed, switch_completed);
 }
 
-/* The first 32 workers (by place in `workers`) in the bitmap `held`, as core.py's waiting reports them. */
-static uint32_t ranks_held(const job *j, const uint32_t *held) {
-    if (!j->nracks) return held[0];
-    uint64_t ranks = 0;
-    for (uint32_t r = 0; r < j->nracks && j->offsets[r] < 32; r++) ranks |= (uint64_t)held[r] << j->offsets[r];
-    return (uint32_t)ranks;
+/* The workers (by place in `workers`) in the bitmap `held`, as core.py's waiting reports them: into `out`, words
+ * of 32 (zeroed first). */
+static void ranks_held(const job *j, const uint32_t *held, uint32_t *out, uint32_t width) {
+    memset(out, 0, width * sizeof *out);
+    if (!j->nracks) {
+        out[0] = held[0];
+        return;
+    }
+    for (uint32_t r = 0; r < j->nracks; r++) {
+        uint32_t at = j->offsets[r], shift = at % 32;
+        uint64_t bits = (uint64_t)held[r] << shift; /* rack r's n_r bits, at its offset: in one word or two */
+        out[at / 32] |= (uint32_t)bits;
+        if (bits >> 32) out[at / 32 + 1] |= (uint32_t)(bits >> 32);
+    }
 }
 
-/* waiting(): every incomplete chunk as native-order uint32 arrays (job ids, seqs, MAX flags, bitmaps held). */
+/* waiting() -> (rows, width): every incomplete chunk as native-order uint32 arrays (job ids, seqs, MAX flags), then
+ * each chunk's workers held as `width` words (the widest job's: 32 workers a word). */
 static PyObject *PS_waiting(PS *self, PyObject *unused) {
     (void)unused;
     if (not_ready(self)) return NULL;
     ina_py_lock(&self->loop);
     size_t total = 0;
-    for (uint32_t k = 0; k < self->njobs; k++) total += self->jobs[self->order[k]]->pending.count;
-    uint32_t *rows = malloc((4 * total + 1) * sizeof *rows), *out = rows;
+    uint32_t width = 1;
+    for (uint32_t k = 0; k < self->njobs; k++) {
+        const job *j = self->jobs[self->order[k]];
+        total += j->pending.count;
+        if ((j->n + 31) / 32 > width) width = (j->n + 31) / 32;
+    }
+    uint32_t *rows = malloc(((3 + width) * total + 1) * sizeof *rows), *out = rows;
     if (rows) {
         for (uint32_t k = 0; k < self->njobs; k++) {
             const job *j = self->jobs[self->order[k]];
             for (int32_t e = j->pending.head; e >= 0; e = j->pending.next[e], out++) {
-                out[0] = j->id, out[total] = j->pending.key[e];
-                out[2 * total] = j->chunks[e].format.flags != 0, out[3 * total] = ranks_held(j, j->chunks[e].held);
+                out[0] = j->id, out[total] = j->pending.key[e], out[2 * total] = j->chunks[e].format.flags != 0;
+                ranks_held(j, j->chunks[e].held, rows + 3 * total + (size_t)(out - rows) * width, width);
             }
         }
     }
     ina_py_unlock(&self->loop);
     if (!rows) return PyErr_NoMemory();
-    PyObject *result = Py_BuildValue("y#", (const char *)rows, (Py_ssize_t)(4 * total * sizeof *rows));
+    PyObject *result = Py_BuildValue("y#I", (const char *)rows, (Py_ssize_t)((3 + width) * total * sizeof *rows), width);
     free(rows);
     return result;
 }
@@ -1218,7 +1215,7 @@ static PyMethodDef PS_methods[] = {
     {"deregister", (PyCFunction)PS_deregister, METH_VARARGS, "Forget a job: its pieces, results, fetches and timers."},
     {"job_state", (PyCFunction)PS_job_state, METH_VARARGS, "(pending, results, fetching, completed, switch_completed) of a job."},
     {"counters", (PyCFunction)PS_counters, METH_NOARGS, "Every counter, in the order of COUNTERS."},
-    {"waiting", (PyCFunction)PS_waiting, METH_NOARGS, "Incomplete chunks: 4 rows of uint32 (job, seq, max, held)."},
+    {"waiting", (PyCFunction)PS_waiting, METH_NOARGS, "Incomplete chunks: (uint32 rows job, seq, max, then held words; width)."},
     {"receive", (PyCFunction)PS_receive, METH_VARARGS, "receive(data, start, length, ip, port, now): what to send."},
     {"tick", (PyCFunction)PS_tick, METH_VARARGS, "tick(now): the FLUSH requests and expiries due."},
     {"next_deadline", (PyCFunction)PS_next_deadline, METH_NOARGS, "When tick next has work, or None."},

@@ -17,8 +17,8 @@ import numpy as np
 
 from ina.control import JobSpec
 from ina.control.policy import caller, check_owner
-from ina.control.watch import Waiting
-from ina.net.node import Address, Datagram
+from ina.control.watch import Waiting, words_of
+from ina.net.node import Datagram
 from ina.protocol import HEADER_LEN, Flag, Header, Kind
 from ina.protocol.batch import read_headers
 from ina.ps.job import Chunk, ChunkFormat, Fetch, JobState
@@ -28,9 +28,6 @@ _MAX = int(Flag.MAX)  # plain ints: Flag arithmetic costs microseconds per packe
 _RESEND = int(Flag.RESEND)
 _HOLD = int(Flag.HOLD)
 _SPINE = int(Flag.SPINE)
-
-_RANKS_WATCHED = 0xFFFFFFFF
-"""The ranks a `Waiting` row holds (ina.control.watch: uint32)."""
 
 FLUSH_CAP = 1.0
 """Longest wait between two FLUSH requests for one chunk, seconds (section 6)."""
@@ -146,12 +143,13 @@ class ParameterServer:
         return dict(self._counts)
 
     def waiting(self) -> Waiting:
-        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold. A racked
-        job's ranks are places in its `workers` (rack offset + rank in the rack), of which the watch's 32-bit
-        rows hold the first 32: a job of more workers shows its later ones as always missing."""
-        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, state.ranks_held(chunk.pieces.held) & _RANKS_WATCHED)
+        """Every incomplete chunk: its job, seq (with MAX above bit 32) and the ranks its pieces hold; a racked
+        job's ranks are places in its `workers` (rack offset + rank in the rack), up to 32 x 32."""
+        rows = [(job, chunk.seq | bool(chunk.format.flags) << 32, state.ranks_held(chunk.pieces.held))
                 for job, state in self._jobs.items() for chunk in state.pending.values()]  # fmt: skip
-        return waiting_of(np.array(rows, dtype=np.uint64).reshape(-1, 3).T)
+        width = -(-max((len(state.workers) for state in self._jobs.values()), default=1) // 32)
+        job, chunk = np.array([row[:2] for row in rows], dtype=np.uint64).reshape(-1, 2).T
+        return Waiting(job.astype(np.int64), chunk, words_of([row[2] for row in rows], width))
 
     # --- packets ----------------------------------------------------------------------
 
@@ -239,9 +237,9 @@ class ParameterServer:
         if chunk is not None and f.flags & _RESEND:
             if job.switch is not None:
                 # It may have completed at the switch with this worker's RESULT and the PS's copy lost, and (its
-                # last chunks) no later chunk ever lets the window prove it: asked with its next FLUSH request
-                # but the first, once the switch's copy or partials had the time to arrive.
-                self._requester(job, worker, f.seq, fmt)
+                # last chunks) no later chunk ever lets the window prove it. Usually the copy or the partials are
+                # on their way: fetched only when the worker resends it again, after its timeout.
+                self._fetch(job, worker, f.seq, fmt, now, out, repeated_only=True)
             self._status(job, worker, f.seq, fmt, chunk.pieces.held, out)
 
     def _status(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, held: int, out: list[Datagram]) -> None:
@@ -310,10 +308,13 @@ class ParameterServer:
             self._counts["results_replayed"] += fetch.requesters.bit_count()
         return True
 
-    def _requester(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat) -> Fetch | None:
+    def _fetch(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, now: float, out: list[Datagram], *,
+               repeated_only: bool = False) -> None:  # fmt: skip
         """A worker (its place in `workers`) resent a chunk (of format `fmt`) whose result the PS lacks: remember
-        it, to send it the result when it comes; the chunk's fetch, or None if the resend does not match it."""
+        it, and ask the job's other workers (each keeps its newest 2W results) at most once per `flush_delay`;
+        `repeated_only`: only if this worker resent it before (its first resend is only remembered)."""
         fetch = job.fetches.get(seq)
+        first = fetch is None or not fetch.requesters >> worker & 1
         if fetch is None:
             if len(job.fetches) >= job.pending_cap:
                 job.fetches.popitem(last=False)
@@ -321,25 +322,15 @@ class ParameterServer:
             fetch = job.fetches[seq] = Fetch(fmt)
         elif fetch.format != fmt:
             self._counts["mismatch"] += 1
-            return None
+            return
         fetch.requesters |= 1 << worker
-        return fetch
-
-    def _fetch(self, job: JobState, worker: int, seq: int, fmt: ChunkFormat, now: float, out: list[Datagram]) -> None:
-        """A worker resent a chunk the window proves complete: remember it, and ask the job's other workers (each
-        keeps its newest 2W results) at most once per `flush_delay`."""
-        fetch = self._requester(job, worker, seq, fmt)
-        if fetch is None or (fetch.sent_at is not None and now < fetch.sent_at + self.flush_delay):
+        if (repeated_only and first) or (fetch.sent_at is not None and now < fetch.sent_at + self.flush_delay):
             return
         fetch.sent_at = now
         # Every other worker, earlier requesters too: one may have got the result since it asked.
-        self._ask(job, seq, fmt, [w for place, w in enumerate(job.workers) if place != worker], out)
-
-    def _ask(self, job: JobState, seq: int, fmt: ChunkFormat, workers: list[Address], out: list[Datagram]) -> None:
-        """Send FETCH for chunk `seq` to `workers`."""
         packet = _header(Kind.FETCH, job.spec.job, seq, fmt).pack()
-        out.extend(Datagram(packet, w) for w in workers)
-        self._counts["fetch_sent"] += len(workers)
+        out.extend(Datagram(packet, w) for place, w in enumerate(job.workers) if place != worker)
+        self._counts["fetch_sent"] += len(job.workers) - 1
 
     def _add_piece(self, job: JobState, seq: int, bitmap: int, fmt: ChunkFormat, sums: np.ndarray, now: float,
                    out: list[Datagram]) -> Chunk | None:  # fmt: skip
@@ -400,19 +391,13 @@ class ParameterServer:
 
     def _flush(self, job: JobState, chunk: Chunk, now: float, out: list[Datagram]) -> None:
         """Ask the switch (a racked job's: the spine and every leaf) to flush a stalled chunk, then wait twice as
-        long for the next request. From the second request on, a chunk some worker resent is also fetched from
-        every worker: no partial completed it, so it may have completed at the switch."""
+        long for the next request."""
         if job.proven_complete(chunk.seq):
             self._drop(job, chunk, "retired")
             return
         packet = _header(Kind.FLUSH, job.spec.job, chunk.seq, chunk.format).pack()
         out.extend(Datagram(packet, to) for to in job.flush_to)
         self._counts["flush_sent"] += len(job.flush_to)
-        fetch = job.fetches.get(chunk.seq)
-        if chunk.flushes and fetch is not None:
-            fetch.sent_at = now
-            self._ask(job, chunk.seq, fetch.format, job.workers, out)
-        chunk.flushes += 1
         chunk.flush_interval = min(2 * chunk.flush_interval, FLUSH_CAP)
         chunk.flush_at = now + chunk.flush_interval
         self._schedule(job, chunk)
@@ -427,9 +412,3 @@ def _header(kind: Kind, job: int, seq: int, fmt: ChunkFormat, bitmap: int = 0, f
     """A header for chunk `seq` of `job`: its operation (and `flags`), format and slot, no rank or priority."""
     return Header(kind, job, seq, Flag(fmt.flags | flags), slot=fmt.slot, index_bits=fmt.index_bits, lane_bits=fmt.lane_bits,
                   bitmap=bitmap)
-
-
-def waiting_of(rows: np.ndarray) -> Waiting:
-    """A `Waiting` from three rows (job, chunk key, bitmap held) of uint64."""
-    job, chunk, held = rows
-    return Waiting(job.astype(np.int64), chunk, held.astype(np.uint32))

@@ -41,7 +41,7 @@ class ChunkFormat(NamedTuple):
 class Chunk:
     """An incomplete chunk: its pieces and its FLUSH-request timer."""
 
-    __slots__ = ("seq", "format", "pieces", "created", "flush_at", "flush_interval", "flushes", "live")
+    __slots__ = ("seq", "format", "pieces", "created", "flush_at", "flush_interval", "live")
 
     def __init__(self, seq: int, format: ChunkFormat, full: int, created: float, flush_delay: float) -> None:
         self.seq = seq
@@ -50,8 +50,6 @@ class Chunk:
         self.created = created
         self.flush_interval = flush_delay
         self.flush_at = created + flush_delay
-        self.flushes = 0
-        """FLUSH requests sent for it."""
         self.live = True
         """False once completed, superseded, expired or deregistered: its timers are void."""
 

@@ -20,7 +20,7 @@ from ina.control import Endpoint, JobSpec
 from ina.control.policy import caller, check_owner
 from ina.control.watch import Waiting
 from ina.net.native import NativeNode, load_native, native_on_path, peer_of
-from ina.ps.core import COUNTERS, ParameterServer, waiting_of
+from ina.ps.core import COUNTERS, ParameterServer
 from ina.ps.limits import MAX_WORDS, admit, check_options, describe
 
 MODULE, WHAT = "ina.ps._native", "parameter server"
@@ -105,8 +105,11 @@ class NativeParameterServer(NativeNode):
         return dict(zip(COUNTERS, self._core.counters()))
 
     def waiting(self) -> Waiting:
-        job, seq, is_max, held = np.frombuffer(self._core.waiting(), dtype=np.uint32).reshape(4, -1).astype(np.uint64)
-        return waiting_of(np.stack([job, seq | is_max << np.uint64(32), held]))
+        rows, width = self._core.waiting()
+        rows = np.frombuffer(rows, dtype=np.uint32)
+        count = rows.size // (3 + width)
+        job, seq, is_max = rows[: 3 * count].reshape(3, count).astype(np.uint64)
+        return Waiting(job.astype(np.int64), seq | is_max << np.uint64(32), rows[3 * count :].reshape(count, width).copy())
 
 
 def _peers(endpoints: Sequence[Endpoint]) -> bytes:

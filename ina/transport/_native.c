@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     uint64_t seq, handle;
     uint32_t index, retries, timeouts; /* resends of every kind; those on timeout (each doubles the next timeout) */
+    int short_timer;                   /* its timeouts count from min_rto: overtaken, or nothing can overtake it */
     uint64_t overtaken_by;             /* once resent: the chunk whose RESULT shows that resend lost */
     double first_sent, deadline;
     int64_t status; /* the PS's latest STATUS bitmap, -1 for none */
@@ -141,8 +142,9 @@ static double rto(const Engine *e) {
     return clamped < e->max_rto ? clamped : e->max_rto;
 }
 
-static double backoff(const Engine *e, uint32_t retries) {
-    double timeout = rto(e) * (double)((uint64_t)1 << (retries < 30 ? retries : 30));
+/* RttEstimator.backoff: `short`, from min_rto. */
+static double backoff(const Engine *e, uint32_t retries, int short_timer) {
+    double timeout = (short_timer ? e->min_rto : rto(e)) * (double)((uint64_t)1 << (retries < 30 ? retries : 30));
     return timeout < e->max_rto ? timeout : e->max_rto;
 }
 
@@ -265,7 +267,7 @@ static void pump(void *self, double now, ina_tx *tx) {
         e->via_ps = 0;
         e->counters[C_FAILBACKS]++;
     }
-    double first_timeout = now + backoff(e, 0), last = now + e->peer_timeout;
+    double first_timeout = now + backoff(e, 0, 0), last = now + e->peer_timeout;
     double deadline = first_timeout < last ? first_timeout : last;
     while (e->next_send < limit) {
         reduction *r = reduction_of(e, e->unsent_handle);
@@ -274,7 +276,7 @@ static void pump(void *self, double now, ina_tx *tx) {
         for (uint64_t index = begin; index < end; index++) {
             uint64_t seq = r->first_seq + index;
             send_data(e, tx, r, (uint32_t)index, prio, 0);
-            e->outstanding[ring_slot(e, seq, e->window)] = (chunk){seq, r->handle, (uint32_t)index, 0, 0, 0, now, deadline, -1, 1};
+            e->outstanding[ring_slot(e, seq, e->window)] = (chunk){seq, r->handle, (uint32_t)index, 0, 0, 0, 0, now, deadline, -1, 1};
         }
         push_timer(e, deadline, r->first_seq + begin, r->first_seq + end);
         e->counters[C_SENT] += end - begin;
@@ -313,7 +315,7 @@ static void resend(Engine *e, chunk *c, double now, ina_tx *tx) {
     send_data(e, tx, r, c->index, priority(e, r->queued_at, now), 1);
     e->counters[C_RESENT]++;
     c->retries++;
-    double next = now + backoff(e, c->timeouts), last = c->first_sent + e->peer_timeout;
+    double next = now + backoff(e, c->timeouts, c->short_timer), last = c->first_sent + e->peer_timeout;
     c->deadline = next < last ? next : last;
     push_timer(e, c->deadline, c->seq, c->seq + 1);
     uint64_t overtaken_by = e->next_send + e->early_resend - 1;
@@ -339,15 +341,43 @@ static void resend_overtaken(Engine *e, double now, ina_tx *tx) {
         e->marks_head = (e->marks_head + 1) % capacity, e->marks_count--;
         chunk *c = outstanding(e, m.seq);
         if (c && c->overtaken_by == m.overtaken_by) {
-            e->counters[C_EARLY_RESENT]++;
+            e->counters[C_EARLY_RESENT]++, c->short_timer = 1;
             resend(e, c, now, tx); /* its new mark is past every chunk sent: not due in this loop */
         }
     }
     for (; e->unresent + e->early_resend < e->answered; e->unresent++) {
         chunk *c = outstanding(e, e->unresent);
         if (c && !c->retries) { /* one resent before it was overtaken waits in the queue */
-            e->counters[C_EARLY_RESENT]++;
+            e->counters[C_EARLY_RESENT]++, c->short_timer = 1;
             resend(e, c, now, tx);
+        }
+    }
+}
+
+/* Whether every chunk outstanding is among the last `early_resend` sent and one of them still counts its timeouts
+ * from the estimate (served, the loop then ticks to shorten it). */
+static int tail_due(Engine *e) {
+    if (!e->early_resend || e->failed || e->oldest == e->next_send || e->oldest + e->early_resend < e->next_send) return 0;
+    for (uint64_t seq = e->oldest; seq < e->next_send; seq++) {
+        chunk *c = outstanding(e, seq);
+        if (c && !c->short_timer) return 1;
+    }
+    return 0;
+}
+
+/* Once every chunk outstanding is among the last `early_resend` sent, their timers count from min_rto
+ * (Engine._shorten_tail). */
+static void shorten_tail(Engine *e, double now) {
+    if (!tail_due(e)) return;
+    for (uint64_t seq = e->oldest; seq < e->next_send; seq++) {
+        chunk *c = outstanding(e, seq);
+        if (!c || c->short_timer) continue;
+        c->short_timer = 1;
+        double next = now + backoff(e, c->timeouts, 1), last = c->first_sent + e->peer_timeout;
+        if (last < next) next = last;
+        if (next < c->deadline) {
+            c->deadline = next;
+            push_timer(e, next, seq, seq + 1);
         }
     }
 }
@@ -356,6 +386,7 @@ static void resend_overtaken(Engine *e, double now, ina_tx *tx) {
 static void after_receive(void *self, double now, ina_tx *tx) {
     resend_overtaken(self, now, tx);
     pump(self, now, tx);
+    shorten_tail(self, now);
 }
 
 static int seq_before(const void *a, const void *b) {
@@ -383,7 +414,10 @@ static void tick(void *self, double now, ina_tx *tx) {
         timer t = e->timers[0];
         timers_pop(e->timers, &e->timers_count);
         for (uint64_t seq = t.seq; seq < t.end; seq++)
-            if (armed(e, seq, t.deadline) && due < e->window) e->due[due++] = (timer){t.deadline, seq, seq + 1};
+            if (armed(e, seq, t.deadline) && due < e->window) {
+                e->due[due++] = (timer){t.deadline, seq, seq + 1};
+                outstanding(e, seq)->deadline = INFINITY; /* re-armed below: an older entry of that deadline is stale too */
+            }
     }
     for (size_t i = 1; i < due; i++) { /* in the reference's (deadline, seq) order: nearly sorted already */
         timer moving = e->due[i];
@@ -412,12 +446,13 @@ static void tick(void *self, double now, ina_tx *tx) {
             resend(e, c, now, tx);
             continue;
         }
-        double next = now + backoff(e, c->timeouts), last = c->first_sent + e->peer_timeout; /* held back */
+        double next = now + backoff(e, c->timeouts, c->short_timer), last = c->first_sent + e->peer_timeout; /* held back */
         c->deadline = next < last ? next : last;
         push_timer(e, c->deadline, c->seq, c->seq + 1);
         e->counters[C_HELD_BACK]++;
     }
     pump(self, now, tx);
+    shorten_tail(e, now);
 }
 
 static double next_deadline(void *self) {
@@ -425,7 +460,8 @@ static double next_deadline(void *self) {
     if (e->failed) return INFINITY;
     while (e->timers_count && !timer_live(e, &e->timers[0])) /* completed or re-armed since */
         timers_pop(e->timers, &e->timers_count);
-    if (overtake_due(e)) return 0.0; /* served: a batch's RESULTs overtook chunks (sans-IO, receive resent them) */
+    if (overtake_due(e) || tail_due(e)) return 0.0; /* served: a batch's RESULTs overtook chunks or left a tail
+                                                        * (sans-IO, receive handled them) */
     double due = e->timers_count ? e->timers[0].deadline : INFINITY;
     if (e->next_send < e->next_seq && e->next_send < e->oldest + e->window) {
         double queued = reduction_of(e, e->unsent_handle)->queued_at;

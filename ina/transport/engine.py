@@ -10,6 +10,7 @@ The same object runs behind a UDP socket (`ina.net.udp`) and inside the simulato
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -160,7 +161,8 @@ class Engine:
     a peer that stays silent for `peer_timeout` sets `error` (a `TransportError`) and stops the engine.
     With a switch, it keeps its newest 2W results to answer its PS's FETCH (the PS lost a result
     another worker needs); in PS-only mode the PS's own ring holds them all, and it keeps none
-    (docs/protocol.md, section 8). `counters`: sent, resent, delivered, status, fetch_answered, padding_bytes
+    (docs/protocol.md, section 8). `counters`: sent, resent (of them early_resent: overtaken by a later chunk's RESULT),
+    held_back (timed out behind the oldest, left to their next timeout), delivered, status, fetch_answered, padding_bytes
     (zeros sent to fill chunks to K for a switch that takes only whole chunks), and drops: foreign (not from
     the switch or PS), malformed, unexpected (wrong job, kind, format, length, or a FETCH not from the PS), late (no such outstanding chunk), fetch_missing (a FETCH
     for a result not kept); failed.
@@ -270,6 +272,7 @@ class Engine:
             if datagrams:
                 self._accept(datagrams, frames, now, out)
             self._pump(now, out)
+            self._shorten_tail(now)
         return out
 
     def _tick(self, now: float) -> _Outgoing:
@@ -287,11 +290,29 @@ class Engine:
                 return out
             self._maybe_fail_over(chunk, now)
             chunk.timeouts += 1
+            chunk.deadline = math.inf  # re-armed below: an older entry of the same deadline is stale too
             due.append(chunk)
         if due:
             self._resend(self._hold_back(due, now), now, out)
         self._pump(now, out)
+        self._shorten_tail(now)
         return out
+
+    def _shorten_tail(self, now: float) -> None:
+        """Once every chunk still outstanding is among the last `early_resend` sent (all before them answered, none
+        after them to overtake them: a MAX chunk the worker waits on, a reduction's last chunks), their timers count
+        from min_rto (section 8, "Early resends")."""
+        early, outstanding = self.config.early_resend, self._outstanding
+        if not early or not outstanding or next(iter(outstanding)) < self._next_send - early:
+            return
+        for chunk in outstanding.values():
+            if chunk.short_timer:
+                continue
+            chunk.short_timer = True
+            deadline = min(now + self.rtt.backoff(chunk.timeouts, True), chunk.first_sent + self.config.peer_timeout)
+            if deadline < chunk.deadline:
+                chunk.deadline = deadline
+                heapq.heappush(self._timers, (deadline, chunk.seq))
 
     def _hold_back(self, due: list[Chunk], now: float) -> list[Chunk]:
         """Of the chunks whose timers expired, those to resend (section 8, "Early resends"): with early resends, the
@@ -307,7 +328,7 @@ class Engine:
             if chunk.seq <= newest_probe or chunk.timeouts > 1:
                 resend.append(chunk)
                 continue
-            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + self.config.peer_timeout)
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + self.config.peer_timeout)
             heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
             self.counters["held_back"] += 1
         return resend
@@ -373,7 +394,7 @@ class Engine:
         overtaken_by = self._next_send + self.config.early_resend - 1
         for chunk in chunks:
             chunk.retries += 1
-            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts), chunk.first_sent + peer_timeout)
+            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + peer_timeout)
             heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
             if self.config.early_resend and chunk.overtaken_by != overtaken_by:  # else its entry is still queued
                 chunk.overtaken_by = overtaken_by
@@ -382,7 +403,7 @@ class Engine:
     def _resend_overtaken(self, now: float, out: _Outgoing) -> None:
         """Resend at once every chunk whose last transmission the RESULT of a chunk sent `early_resend` chunks after
         it overtook: on a path that keeps order that transmission, or its RESULT, was lost (section 8, "Early
-        resends"). The timeout is not doubled: it did not expire."""
+        resends"). The timeout is not doubled (none expired), and counts from min_rto: every worker sent the chunk."""
         answered, outstanding, early = self._answered, self._outstanding, self.config.early_resend
         due = []
         resent = self._resent
@@ -398,6 +419,8 @@ class Engine:
             self._unresent += 1
         if due:
             self.counters["early_resent"] += len(due)
+            for chunk in due:
+                chunk.short_timer = True
             self._resend(due, now, out)
 
     def _count_padding(self, padding: int) -> None:

@@ -35,6 +35,7 @@ class RttEstimator:
         raw = self._initial if self.srtt is None else self.srtt + 4 * self.rttvar
         return min(max(raw, self.min_rto), self.max_rto)
 
-    def backoff(self, retries: int) -> float:
-        """The timeout for a chunk's `retries`-th retransmission: doubled each time, capped."""
-        return min(self.rto * (1 << min(retries, 30)), self.max_rto)
+    def backoff(self, retries: int, short: bool = False) -> float:
+        """The timeout for a chunk's `retries`-th retransmission: doubled each time, capped; `short`, from `min_rto`
+        rather than from the estimate, which also holds the waits for late peers (a chunk only a loss can hold)."""
+        return min((self.min_rto if short else self.rto) * (1 << min(retries, 30)), self.max_rto)
