@@ -54,6 +54,7 @@ class Setup:
     pool: int = 16                 # aggregator slots: one window's worth
     window: int = 16               # per job: the bandwidth-delay product (4.4 us / 274 ns)
     workers: int = 8               # per job
+    widths: tuple[int, ...] = ()   # workers of each job in turn, where they differ (else `workers` each)
     ps_pps: float = 5e6            # a DPDK-class software PS
     switch_pps: float = 0.0        # packets the switch handles a second; 0: line rate (a Tofino)
     coalesce: float = 0.5e-6       # receive batching at every host and the switch
@@ -111,14 +112,15 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
     )
     loops: dict[str, list[TrainingLoop]] = {}
     for number, job in enumerate(jobs):
-        rngs = iter(np.random.default_rng([seed, number, rank]) for rank in range(setup.workers))
+        width = workers_of(setup, number)
+        rngs = iter(np.random.default_rng([seed, number, rank]) for rank in range(width))
 
         def loop(engine, job=job, rngs=rngs) -> TrainingLoop:
             return TrainingLoop(engine, iterations=job.iterations, compute=job.compute,
                                 words=job.chunks * setup.words, jitter=setup.jitter, rng=next(rngs))
 
-        cluster.add_job(number + 1, setup.workers, window(policy, setup, len(jobs)), wrap=loop, policy=lambda job=job: priority_policy(setup, job))
-        loops[job.name] = [cluster.net.node(cluster.address(number, rank)) for rank in range(setup.workers)]
+        cluster.add_job(number + 1, width, window(policy, setup, len(jobs)), wrap=loop, policy=lambda job=job: priority_policy(setup, job))
+        loops[job.name] = [cluster.net.node(cluster.address(number, rank)) for rank in range(width)]
     every = [loop for group in loops.values() for loop in group]
     if not cluster.net.run_until(lambda: all(loop.finished or loop.engine.error for loop in every), timeout=10.0):
         raise RuntimeError("the jobs did not finish within 10 simulated seconds")
@@ -131,6 +133,11 @@ def run(policy: str, setup: Setup, jobs: tuple[Job, ...], seed: int) -> Outcome:
     events = {"preempted": switch["preempted"], "collisions": switch["collision"], "completed at PS": ps["completed"],
               "resent": resent, "PS downlink load %": round(100 * offered)}
     return Outcome({name: max(loop.finished_at for loop in group) for name, group in loops.items()}, events)
+
+
+def workers_of(setup: Setup, number: int) -> int:
+    """The workers of job `number` (from 0)."""
+    return setup.widths[number] if setup.widths else setup.workers
 
 
 def priority_policy(setup: Setup, job: Job) -> PriorityPolicy:
@@ -154,7 +161,7 @@ def wire_bytes(setup: Setup) -> int:
 
 def offered_pps(setup: Setup, jobs: int) -> float:
     """DATA packets a second that every job's workers send at line rate together: what a switch must keep up with."""
-    return jobs * setup.workers * setup.link_gbps * GBPS / wire_bytes(setup)
+    return sum(workers_of(setup, number) for number in range(jobs)) * setup.link_gbps * GBPS / wire_bytes(setup)
 
 
 def print_jct_table(outcomes: list[tuple[str, Setup, int, Outcome]], seeds: int) -> None:
@@ -178,19 +185,23 @@ def main() -> None:
     for f in fields(Setup):
         if f.name in ("pool", "window", "workers", "jitter", "link_gbps", "min_rto"):
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--widths", type=lambda text: tuple(int(w) for w in text.split(",")), default=(),
+                        help="workers of each job, comma-separated (e.g. 6,4,2): jobs of different widths")
     parser.add_argument("--priority", choices=("intensity", "las", "remaining"), default=Setup.priority, help="the end-host priority rule")
     parser.add_argument("--switch-pps", type=float, nargs="+", default=[Setup.switch_pps],
                         help="packets a second the switch handles (0: line rate); several: one table per speed and a summary")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    base = replace(Setup(), pool=args.pool, window=args.window, workers=args.workers, jitter=args.jitter,
+    if args.widths and len(args.widths) != len(JOBS):
+        parser.error(f"--widths names {len(args.widths)} jobs' workers: give one for each of the {len(JOBS)} jobs")
+    base = replace(Setup(), pool=args.pool, window=args.window, workers=args.workers, widths=args.widths, jitter=args.jitter,
                    link_gbps=args.link_gbps, min_rto=args.min_rto, priority=args.priority)
     setups = [replace(base, switch_pps=pps) for pps in args.switch_pps]
     print("setup:", ", ".join(f"{k}={v}" for k, v in asdict(base).items() if k != "switch_pps"))
-    for job in JOBS:
+    for number, job in enumerate(JOBS):
         comm = job.chunks * wire_bytes(base) / (base.link_gbps * GBPS)
         print(f"job {job.name}: {job.chunks} chunks per reduction ({comm * 1e6:.0f} us at line rate), "
-              f"compute {job.compute * 1e6:.0f} us, {job.iterations} iterations, {base.workers} workers")
+              f"compute {job.compute * 1e6:.0f} us, {job.iterations} iterations, {workers_of(base, number)} workers")
     print(f"static: a partition of {window('static', base, len(JOBS))} slots per job (the window under static)")
     print(f"the workers at line rate offer the switch {offered_pps(base, len(JOBS)) / 1e6:.1f} Mpps")
     started = time.perf_counter()
