@@ -283,6 +283,15 @@ def test_chunks_nothing_can_overtake_time_out_from_min_rto_once_all_before_them_
     assert engine.next_deadline() == pytest.approx(1.03 + 0.05)
 
 
+def test_a_short_timeout_waits_twice_the_least_round_trip_where_the_link_is_slower_than_min_rto():
+    engine = Engine(config(window=8, min_rto=0.005, initial_rto=0.5, max_rto=1.0, peer_timeout=5.0))
+    (first,) = _sent(engine, 1)
+    engine.receive([result_for(first, np.zeros(K))], 0.04)  # the network's round trip: 40 ms, 8 min_rto
+    _sent(engine, 2, now=1.0)  # a reduction's tail: nothing can overtake it
+    assert engine.next_deadline() == pytest.approx(1.0 + 0.08)  # not 1.005: every packet of it would be resent
+    assert "resent" not in engine.counters
+
+
 def test_early_resends_off_leaves_a_chunk_to_its_timer():
     engine = Engine(config(window=8, early_resend=0))
     sent = _sent(engine, 6)

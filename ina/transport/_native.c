@@ -49,7 +49,7 @@ typedef struct {
 typedef struct {
     uint64_t seq, handle;
     uint32_t index, retries, timeouts; /* resends of every kind; those on timeout (each doubles the next timeout) */
-    int short_timer;                   /* its timeouts count from min_rto: overtaken, or nothing can overtake it */
+    int short_timer;                   /* its timeouts count from short_rto: overtaken, or nothing can overtake it */
     uint64_t overtaken_by;             /* once resent: the chunk whose RESULT shows that resend lost */
     double first_sent, deadline;
     int64_t status; /* the PS's latest STATUS bitmap, -1 for none */
@@ -100,7 +100,7 @@ typedef struct {
     int via_ps;
     /* RttEstimator */
     int sampled;
-    double srtt, rttvar;
+    double srtt, rttvar, least; /* least: the least RTT sampled */
     /* the priority policy: a fixed level, or (level < 0) trunc(offset + levels_per_doubling * log2(1 + x / reference))
      * of x, the bytes a second decaying over time_constant (IntensityPriority), or with time_constant 0 the bytes
      * attained (AttainedServicePriority: offset its top, levels_per_doubling negative), or with a `total` the bytes
@@ -142,16 +142,25 @@ static double rto(const Engine *e) {
     return clamped < e->max_rto ? clamped : e->max_rto;
 }
 
-/* RttEstimator.backoff: `short`, from min_rto. */
+/* RttEstimator.short_rto: max(min_rto, twice the least RTT), at most the estimate (the estimate before any sample). */
+static double short_rto(const Engine *e) {
+    double estimate = rto(e);
+    if (!e->sampled) return estimate;
+    double floor = py_max(e->min_rto, 2 * e->least);
+    return floor < estimate ? floor : estimate;
+}
+
+/* RttEstimator.backoff: `short`, from short_rto. */
 static double backoff(const Engine *e, uint32_t retries, int short_timer) {
-    double timeout = (short_timer ? e->min_rto : rto(e)) * (double)((uint64_t)1 << (retries < 30 ? retries : 30));
+    double timeout = (short_timer ? short_rto(e) : rto(e)) * (double)((uint64_t)1 << (retries < 30 ? retries : 30));
     return timeout < e->max_rto ? timeout : e->max_rto;
 }
 
 static void sample_rtt(Engine *e, double rtt) {
     if (!e->sampled) {
-        e->sampled = 1, e->srtt = rtt, e->rttvar = rtt / 2;
+        e->sampled = 1, e->srtt = rtt, e->rttvar = rtt / 2, e->least = rtt;
     } else {
+        if (rtt < e->least) e->least = rtt;
         e->rttvar = 0.75 * e->rttvar + 0.25 * fabs(e->srtt - rtt);
         e->srtt = 0.875 * e->srtt + 0.125 * rtt;
     }
@@ -365,7 +374,7 @@ static int tail_due(Engine *e) {
     return 0;
 }
 
-/* Once every chunk outstanding is among the last `early_resend` sent, their timers count from min_rto
+/* Once every chunk outstanding is among the last `early_resend` sent, their timers count from short_rto
  * (Engine._shorten_tail). */
 static void shorten_tail(Engine *e, double now) {
     if (!tail_due(e)) return;

@@ -83,8 +83,8 @@ class Chunk:
     timeouts: int = 0
     """Resends on timeout: each doubles the next timeout."""
     short_timer: bool = False
-    """Its timeouts count from min_rto: it was overtaken (a later chunk completed, so only a loss holds it) or
-    nothing can overtake it (section 8, "Early resends")."""
+    """Its timeouts count from the short timeout (RttEstimator.short_rto): it was overtaken (a later chunk
+    completed, so only a loss holds it) or nothing can overtake it (section 8, "Early resends")."""
     overtaken_by: int = 0
     """Once resent: the chunk whose RESULT shows that resend lost (EngineConfig.early_resend chunks sent after it);
     0 once a STATUS shows the PS holds it."""

@@ -301,7 +301,7 @@ class Engine:
     def _shorten_tail(self, now: float) -> None:
         """Once every chunk still outstanding is among the last `early_resend` sent (all before them answered, none
         after them to overtake them: a MAX chunk the worker waits on, a reduction's last chunks), their timers count
-        from min_rto (section 8, "Early resends")."""
+        from the short timeout (section 8, "Early resends")."""
         early, outstanding = self.config.early_resend, self._outstanding
         if not early or not outstanding or next(iter(outstanding)) < self._next_send - early:
             return
@@ -403,7 +403,8 @@ class Engine:
     def _resend_overtaken(self, now: float, out: _Outgoing) -> None:
         """Resend at once every chunk whose last transmission the RESULT of a chunk sent `early_resend` chunks after
         it overtook: on a path that keeps order that transmission, or its RESULT, was lost (section 8, "Early
-        resends"). The timeout is not doubled (none expired), and counts from min_rto: every worker sent the chunk."""
+        resends"). The timeout is not doubled (none expired), and counts from the short timeout: every worker sent
+        the chunk."""
         answered, outstanding, early = self._answered, self._outstanding, self.config.early_resend
         due = []
         resent = self._resent
