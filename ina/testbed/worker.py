@@ -92,7 +92,7 @@ def compute_times(job: Job, rank: int) -> Iterator[float]:
     the job's seed, name and rank so that every policy of a run meets the same stragglers."""
     draws = random.Random(f"{job.seed}/{job.name}/{rank}")
     while True:
-        yield job.compute * (1 + draws.uniform(-job.jitter, job.jitter)) if job.jitter else job.compute
+        yield job.compute * (1 + draws.uniform(-job.jitter, job.jitter))
 
 
 def train(job: Job, out: Path, interface: str) -> dict[str, Any]:

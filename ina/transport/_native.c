@@ -156,6 +156,12 @@ static double backoff(const Engine *e, uint32_t retries, int short_timer) {
     return timeout < e->max_rto ? timeout : e->max_rto;
 }
 
+/* Engine._next_timeout: when chunk c times out next if armed `now`, at most peer_timeout after its first sending. */
+static double next_timeout(const Engine *e, const chunk *c, double now) {
+    double next = now + backoff(e, c->timeouts, c->short_timer), last = c->first_sent + e->peer_timeout;
+    return next < last ? next : last;
+}
+
 static void sample_rtt(Engine *e, double rtt) {
     if (!e->sampled) {
         e->sampled = 1, e->srtt = rtt, e->rttvar = rtt / 2, e->least = rtt;
@@ -232,6 +238,12 @@ static void push_timer(Engine *e, double deadline, uint64_t seq, uint64_t end) {
         timers_build(e->timers, live);
     }
     timers_push(e->timers, &e->timers_count, (timer){deadline, seq, end});
+}
+
+/* Engine._arm: chunk c's timer for its next timeout. */
+static void arm(Engine *e, chunk *c, double now) {
+    c->deadline = next_timeout(e, c, now);
+    push_timer(e, c->deadline, c->seq, c->seq + 1);
 }
 
 static uint32_t slot_of(const Engine *e, uint64_t seq) {
@@ -324,9 +336,7 @@ static void resend(Engine *e, chunk *c, double now, ina_tx *tx) {
     send_data(e, tx, r, c->index, priority(e, r->queued_at, now), 1);
     e->counters[C_RESENT]++;
     c->retries++;
-    double next = now + backoff(e, c->timeouts, c->short_timer), last = c->first_sent + e->peer_timeout;
-    c->deadline = next < last ? next : last;
-    push_timer(e, c->deadline, c->seq, c->seq + 1);
+    arm(e, c, now);
     uint64_t overtaken_by = e->next_send + e->early_resend - 1;
     if (e->early_resend && c->overtaken_by != overtaken_by) { /* else its entry is still queued */
         c->overtaken_by = overtaken_by;
@@ -382,12 +392,7 @@ static void shorten_tail(Engine *e, double now) {
         chunk *c = outstanding(e, seq);
         if (!c || c->short_timer) continue;
         c->short_timer = 1;
-        double next = now + backoff(e, c->timeouts, 1), last = c->first_sent + e->peer_timeout;
-        if (last < next) next = last;
-        if (next < c->deadline) {
-            c->deadline = next;
-            push_timer(e, next, seq, seq + 1);
-        }
+        if (next_timeout(e, c, now) < c->deadline) arm(e, c, now);
     }
 }
 
@@ -455,9 +460,7 @@ static void tick(void *self, double now, ina_tx *tx) {
             resend(e, c, now, tx);
             continue;
         }
-        double next = now + backoff(e, c->timeouts, c->short_timer), last = c->first_sent + e->peer_timeout; /* held back */
-        c->deadline = next < last ? next : last;
-        push_timer(e, c->deadline, c->seq, c->seq + 1);
+        arm(e, c, now); /* held back */
         e->counters[C_HELD_BACK]++;
     }
     pump(self, now, tx);

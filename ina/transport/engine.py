@@ -309,10 +309,8 @@ class Engine:
             if chunk.short_timer:
                 continue
             chunk.short_timer = True
-            deadline = min(now + self.rtt.backoff(chunk.timeouts, True), chunk.first_sent + self.config.peer_timeout)
-            if deadline < chunk.deadline:
-                chunk.deadline = deadline
-                heapq.heappush(self._timers, (deadline, chunk.seq))
+            if self._next_timeout(chunk, now) < chunk.deadline:
+                self._arm(chunk, now)
 
     def _hold_back(self, due: list[Chunk], now: float) -> list[Chunk]:
         """Of the chunks whose timers expired, those to resend (section 8, "Early resends"): with early resends, the
@@ -328,10 +326,18 @@ class Engine:
             if chunk.seq <= newest_probe or chunk.timeouts > 1:
                 resend.append(chunk)
                 continue
-            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + self.config.peer_timeout)
-            heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
+            self._arm(chunk, now)
             self.counters["held_back"] += 1
         return resend
+
+    def _next_timeout(self, chunk: Chunk, now: float) -> float:
+        """When `chunk` times out next if armed `now`: its backoff (from the short timeout where only a loss can
+        hold it), at most `peer_timeout` after its first transmission."""
+        return min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + self.config.peer_timeout)
+
+    def _arm(self, chunk: Chunk, now: float) -> None:
+        chunk.deadline = self._next_timeout(chunk, now)
+        heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
 
     def next_deadline(self) -> float | None:
         if self.error is not None:
@@ -390,12 +396,10 @@ class Engine:
         out.add(rows, np.array([chunk.reduction.lengths[chunk.index] for chunk in chunks]), self.destination)
         self._count_padding(sum(c.reduction.padding for c in chunks if c.index == c.reduction.chunks - 1))
         self.counters["resent"] += len(chunks)
-        peer_timeout = self.config.peer_timeout
         overtaken_by = self._next_send + self.config.early_resend - 1
         for chunk in chunks:
             chunk.retries += 1
-            chunk.deadline = min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + peer_timeout)
-            heapq.heappush(self._timers, (chunk.deadline, chunk.seq))
+            self._arm(chunk, now)
             if self.config.early_resend and chunk.overtaken_by != overtaken_by:  # else its entry is still queued
                 chunk.overtaken_by = overtaken_by
                 self._resent.append((overtaken_by, chunk.seq))
