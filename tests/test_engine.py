@@ -199,6 +199,19 @@ def test_timeouts_resend_with_the_flag_and_back_off_exponentially():
     assert engine.counters["resent"] == 6
 
 
+def test_a_silent_switch_is_failed_over_from_at_the_failover_moment_not_at_a_doubled_backoff():
+    engine = Engine(config(min_rto=0.01, initial_rto=0.01, max_rto=0.4, failover=0.25))
+    engine.submit(np.ones(K, dtype=np.uint32), lane_bits=8, now=0.0)
+    engine.tick(0.0)
+    resends = []
+    while "failovers" not in engine.counters:
+        due = engine.next_deadline()
+        resends += [(due, resent.addr) for resent in engine.tick(due)]
+    # 10, 20, 40, 80 ms: the next timeout, at 0.31 s, comes after the failover's moment
+    assert resends == [(pytest.approx(t), SWITCH) for t in (0.01, 0.03, 0.07, 0.15)] + [(pytest.approx(0.25), PS)]
+    assert engine.counters["failovers"] == 1
+
+
 def _sent(engine: Engine, chunks: int, now: float = 0.0) -> list[Datagram]:
     """Submit `chunks` whole chunks at `now` and return their DATA."""
     engine.submit(np.ones(chunks * K, dtype=np.uint32), lane_bits=8, now=now)

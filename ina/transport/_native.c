@@ -156,10 +156,19 @@ static double backoff(const Engine *e, uint32_t retries, int short_timer) {
     return timeout < e->max_rto ? timeout : e->max_rto;
 }
 
-/* Engine._next_timeout: when chunk c times out next if armed `now`, at most peer_timeout after its first sending. */
+/* Engine._may_fail_over: DATA goes to a switch, and the job has a PS to fail over to. */
+static int may_fail_over(const Engine *e) { return !e->via_ps && e->failover > 0 && e->has_ps && !e->ps_only; }
+
+/* Engine._timeout_after: when a chunk first sent at `first_sent` times out next if armed `now`: its backoff, or
+ * sooner its failover's moment while DATA goes to the switch, at most peer_timeout after its first sending. */
+static double timeout_after(const Engine *e, double first_sent, uint32_t timeouts, int short_timer, double now) {
+    double next = now + backoff(e, timeouts, short_timer), last = first_sent + e->peer_timeout;
+    double deadline = next < last ? next : last, failover = first_sent + e->failover;
+    return may_fail_over(e) && now < failover && failover < deadline ? failover : deadline;
+}
+
 static double next_timeout(const Engine *e, const chunk *c, double now) {
-    double next = now + backoff(e, c->timeouts, c->short_timer), last = c->first_sent + e->peer_timeout;
-    return next < last ? next : last;
+    return timeout_after(e, c->first_sent, c->timeouts, c->short_timer, now);
 }
 
 static void sample_rtt(Engine *e, double rtt) {
@@ -288,8 +297,7 @@ static void pump(void *self, double now, ina_tx *tx) {
         e->via_ps = 0;
         e->counters[C_FAILBACKS]++;
     }
-    double first_timeout = now + backoff(e, 0, 0), last = now + e->peer_timeout;
-    double deadline = first_timeout < last ? first_timeout : last;
+    double deadline = timeout_after(e, now, 0, 0, now);
     while (e->next_send < limit) {
         reduction *r = reduction_of(e, e->unsent_handle);
         uint64_t begin = e->next_send - r->first_seq, end = limit - r->first_seq < r->chunks ? limit - r->first_seq : r->chunks;
@@ -447,7 +455,7 @@ static void tick(void *self, double now, ina_tx *tx) {
             fail(e, c);
             return;
         }
-        if (!e->via_ps && e->failover > 0 && e->has_ps && !e->ps_only && now >= c->first_sent + e->failover) {
+        if (may_fail_over(e) && now >= c->first_sent + e->failover) {
             e->via_ps = 1, e->via_ps_since = now; /* the switch is silent: the PS takes this worker's DATA */
             e->counters[C_FAILOVERS]++;
         }

@@ -331,9 +331,15 @@ class Engine:
         return resend
 
     def _next_timeout(self, chunk: Chunk, now: float) -> float:
-        """When `chunk` times out next if armed `now`: its backoff (from the short timeout where only a loss can
-        hold it), at most `peer_timeout` after its first transmission."""
-        return min(now + self.rtt.backoff(chunk.timeouts, chunk.short_timer), chunk.first_sent + self.config.peer_timeout)
+        return self._timeout_after(chunk.first_sent, chunk.timeouts, chunk.short_timer, now)
+
+    def _timeout_after(self, first_sent: float, timeouts: int, short_timer: bool, now: float) -> float:
+        """When a chunk first sent at `first_sent` times out next if armed `now`: its backoff (from the short timeout
+        where only a loss can hold it), or sooner the moment it fails over to the PS while DATA still goes to the
+        switch (section 8, "Failover": not a doubled backoff later), at most `peer_timeout` after its first sending."""
+        deadline = min(now + self.rtt.backoff(timeouts, short_timer), first_sent + self.config.peer_timeout)
+        failover = first_sent + self.config.failover
+        return min(deadline, failover) if self._may_fail_over() and now < failover else deadline
 
     def _arm(self, chunk: Chunk, now: float) -> None:
         chunk.deadline = self._next_timeout(chunk, now)
@@ -369,7 +375,7 @@ class Engine:
         if self._next_send >= limit:
             return
         self._maybe_fail_back(now)
-        deadline = min(now + self.rtt.backoff(0), now + self.config.peer_timeout)
+        deadline = self._timeout_after(now, 0, False, now)
         outstanding, timers = self._outstanding, self._timers
         while self._next_send < limit:
             reduction = self._unsent[0]
@@ -510,11 +516,14 @@ class Engine:
     def _maybe_fail_over(self, chunk: Chunk, now: float) -> None:
         """A chunk unanswered through the switch for `failover` seconds: send DATA to the PS instead
         (docs/protocol.md, section 8, "Failover"); whatever the switch held is resent there, exactly once."""
-        config = self.config
-        if self._via_ps_since is None and config.failover and not config.ps_only and config.ps is not None \
-                and now >= chunk.first_sent + config.failover:  # fmt: skip
+        if self._may_fail_over() and now >= chunk.first_sent + self.config.failover:
             self._via_ps_since = now
             self.counters["failovers"] += 1
+
+    def _may_fail_over(self) -> bool:
+        """DATA goes to a switch, and the job has a PS to fail over to."""
+        config = self.config
+        return self._via_ps_since is None and bool(config.failover) and not config.ps_only and config.ps is not None
 
     def _maybe_fail_back(self, now: float) -> None:
         """`failback` seconds after a failover, new chunks try the switch again."""
