@@ -4,8 +4,8 @@
 #define INA_IDENTITY_P4
 
 /* The switch's own address and its settings, set by the control plane: the policy (esa: preemption; on v1model
- * also hold: atp's held results) and on v1model the egress queues (by priority, or one FIFO a port). The
- * settings only v1model has come before esa, with their defaults (no hold, queues by priority). */
+ * also hold: atp's held results) and the egress queues (by priority, or one FIFO a port), whatever the policy.
+ * The setting only v1model has comes first, with its default (no hold). */
 #ifdef INA_HOLD
 #define HOLD_SETTING bit<1> hold,
 #define HOLD_DEFAULT 0,
@@ -13,31 +13,22 @@
 #define HOLD_SETTING
 #define HOLD_DEFAULT
 #endif
-#ifdef INA_QUEUES
-#define QUEUES_SETTING bit<1> priority_queues,
-#define QUEUES_DEFAULT 1,
-#else
-#define QUEUES_SETTING
-#define QUEUES_DEFAULT
-#endif
 control Identity(inout ina_meta_t meta) {
     @name(".ina_identity")
-    action identity(bit<32> ip, bit<48> mac, HOLD_SETTING QUEUES_SETTING bit<1> esa) {
+    action identity(bit<32> ip, bit<48> mac, HOLD_SETTING bit<1> priority_queues, bit<1> esa) {
         meta.switch_ip = ip;
         meta.switch_mac = mac;
         meta.esa = esa;
 #ifdef INA_HOLD
         meta.held_missing = hold == 1 ? HELD : 0;
 #endif
-#ifdef INA_QUEUES
         meta.priority_queues = priority_queues;
-#endif
     }
 
     @name(".ina_switch")
     table switch_identity {
         actions = { identity; }
-        default_action = identity(0, 0, HOLD_DEFAULT QUEUES_DEFAULT 1);
+        default_action = identity(0, 0, HOLD_DEFAULT 1, 1);
         size = 1;
     }
 
@@ -116,7 +107,7 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
             }
             if (meta.outcome == NO_OUTCOME) {
                 if (!WORD_PASS) {
-                    in_queue.apply(hdr.ina.priority, QUEUES_BY_PRIORITY, meta.in_queue);
+                    in_queue.apply(hdr.ina.priority, meta.priority_queues, meta.in_queue);
                     slots.apply(hdr, meta);
                     choose.apply(hdr, meta);
                 }
@@ -125,9 +116,9 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                  * branch's tables before anything after the branch, and the words go in stages
                  * between and beside them. */
                 if (!WORD_PASS) {
-                    old_queue.apply(meta.old_prio, QUEUES_BY_PRIORITY, meta.old_queue);
+                    old_queue.apply(meta.old_prio, meta.priority_queues, meta.old_queue);
 #ifdef INA_RACKS
-                    up_queue.apply(meta.up_prio, QUEUES_BY_PRIORITY, meta.up_queue);
+                    up_queue.apply(meta.up_prio, meta.priority_queues, meta.up_queue);
                     victim_level.apply(meta);
 #endif
                     decide.apply(hdr, meta);

@@ -22,7 +22,6 @@
 #define INA_WIDE_WORDS
 #define INA_RACKS  /* racks.p4's hooks in the shared controls: the TNA program has none (docs/p4.md, "Racks") */
 #define INA_HOLD   /* atp's held results (metadata.p4): the TNA program has none (docs/p4.md, "atp") */
-#define INA_QUEUES /* the egress queues a setting of their own, where TNA's follow esa (docs/p4.md, "Egress queues") */
 #define INA_OWN_ADDRESS /* ina packets to another address forwarded, not taken: the TNA program takes them (docs/p4.md, "Own address") */
 #include "headers.p4"
 #include "arch_v1model.p4"

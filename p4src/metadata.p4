@@ -141,7 +141,7 @@ struct ina_meta_t {
     bit<1>  drop;
     bit<9>  egress_port;
     bit<16> mcast_group;
-    bit<3>  queue;           /* the egress queue (by priority: esa on TNA, the queues setting on v1model; else 0) */
+    bit<3>  queue;           /* the egress queue (by priority under the queues setting; else 0) */
 
     bit<1>  is_ina;          /* UDP to INA_PORT (on v1model: and to the switch's own address, identity.p4) */
     bit<1>  from_cpu;        /* a packet-out from the control plane (table ina_cpu_ports) */
@@ -177,9 +177,7 @@ struct ina_meta_t {
     bit<32> held_missing;    /* what `missing` becomes as a chunk completes: HELD under atp, else 0 (free) */
     bit<1>  passing_on;      /* a RESULT passed on to the job's workers: a release (from the PS) or a leaf's descent */
 #endif
-#ifdef INA_QUEUES
     bit<1>  priority_queues; /* the egress queues by priority (else one FIFO a port), whatever the policy */
-#endif
 
     /* the packet as the slot sees it */
     bit<16> slot;            /* register index */

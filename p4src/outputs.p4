@@ -218,17 +218,11 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
 
 /* The egress queue of a DATA's or PARTIAL's priority (docs/protocol.md, "Egress queues"): eight
  * levels a queue, from queue 1 up, since queue 0 holds the RESULTs and everything else nobody's
- * chunk waits behind; 0 for all with one FIFO a port. By priority on v1model where the control plane
- * sets the queues so (INA_QUEUES), on TNA under esa alone (its p4testgen cases are of that program,
- * hence the parameter's name). */
-#ifdef INA_QUEUES
-#define QUEUES_BY_PRIORITY meta.priority_queues
-#else
-#define QUEUES_BY_PRIORITY meta.esa
-#endif
-control EgressQueue(in bit<8> priority, in bit<1> esa, out bit<3> queue) {
+ * chunk waits behind; 0 for all with one FIFO a port (`by_priority` 0: the control plane's queues
+ * setting, the same whatever the policy). */
+control EgressQueue(in bit<8> priority, in bit<1> by_priority, out bit<3> queue) {
     apply {
-        if (esa == 0) {
+        if (by_priority == 0) {
             queue = 0;
         } else if (priority < 48) {
             queue = priority[5:3] + 1;
@@ -331,7 +325,7 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.ipv4.dst = meta.dst_ip;
         hdr.udp.dst_port = meta.dst_port;
         meta.mcast_group = 0;
-        meta.queue = (bit<3>)QUEUES_BY_PRIORITY;
+        meta.queue = (bit<3>)meta.priority_queues;
         meta.output = OUT_HELD;  /* unicast: no replicas in the egress */
     }
 

@@ -96,8 +96,9 @@ def _ip(number: int) -> str:
 def switch_for(case: Case, words: int, pool: int) -> tuple[SwitchCore, set[int]]:
     """The software switch in the case's state, and the ports the control plane's packets enter at."""
     identity = case.default("ina_switch")
-    esa = identity["params"].get("esa", 1) if identity else 1
-    core = SwitchCore(SwitchConfig(pool=pool, words=words, policy="esa" if esa else "fcfs"))
+    settings = identity["params"] if identity else {}
+    queues = "priority" if settings.get("priority_queues", 1) else "fifo"
+    core = SwitchCore(SwitchConfig(pool=pool, words=words, policy="esa" if settings.get("esa", 1) else "fcfs", queues=queues))
     cpu_ports = {e["key"]["port"] for e in case.table("ina_cpu_ports")}
     for entry in case.table("ina_jobs"):
         if short(entry["action"] or "") == "ina_job":

@@ -40,9 +40,8 @@ RACKED_TARGETS = ("bmv2",)
 p4src/racks.p4, compiled for v1model only, since the TNA program's p4testgen cases cannot be made anew here
 (docs/p4.md, "Racks")."""
 HOLD_TARGETS = ("bmv2",)
-"""The targets whose program runs policy atp (a completed slot held until the PS returns its RESULT) and takes
-the egress queues as a setting of their own, not keyed on esa: p4src/'s INA_HOLD and INA_QUEUES, compiled for
-v1model only, as the racks are (docs/p4.md, "atp")."""
+"""The targets whose program runs policy atp (a completed slot held until the PS returns its RESULT): p4src/'s
+INA_HOLD, compiled for v1model only, as the racks are (docs/p4.md, "atp")."""
 
 
 class BuildError(RuntimeError):

@@ -75,7 +75,7 @@ class P4Switch:
         self._copies = config.result_copies and config.policy != "atp"
         device.load(program or build(config.words, config.pool, device.target))
         forwarding, flood = entries.forwarding(self.routes.values())
-        device.write(MODIFY, [entries.identity(ip, mac, config.policy, config.queues if holds else None)])
+        device.write(MODIFY, [entries.identity(ip, mac, config.policy, config.queues, holds)])
         device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port)])
         device.serve_queues_by_priority({route.port for route in self.routes.values()})
 

@@ -76,13 +76,13 @@ def key_id(job: int, op: int) -> int:
     return KEY_VALID | op * KEY_MAX | job
 
 
-def identity(ip: str, mac: str, policy: str, queues: str | None = None) -> TableEntry:
-    """The default entry of `ina_switch`: the switch's own address and whether it preempts (esa); with `queues`, for
-    a program that takes them (ina.p4.build.HOLD_TARGETS), whether it holds completed chunks (atp) and whether its
-    egress queues go by priority (docs/protocol.md, "Egress queues"). The TNA program's queues follow esa."""
-    params = {"ip": ip_number(ip), "mac": mac_number(mac), "esa": int(policy == "esa")}
-    if queues is not None:
-        params |= {"hold": int(policy == "atp"), "priority_queues": int(queues == "priority")}
+def identity(ip: str, mac: str, policy: str, queues: str, holds: bool) -> TableEntry:
+    """The default entry of `ina_switch`: the switch's own address, whether it preempts (esa), whether its egress
+    queues go by priority (docs/protocol.md, "Egress queues": whatever the policy) and, for a program that `holds`
+    (ina.p4.build.HOLD_TARGETS), whether it holds completed chunks (atp)."""
+    params = {"ip": ip_number(ip), "mac": mac_number(mac), "esa": int(policy == "esa"), "priority_queues": int(queues == "priority")}
+    if holds:
+        params["hold"] = int(policy == "atp")
     return TableEntry("ina_switch", {}, "ina_identity", params)
 
 

@@ -215,7 +215,7 @@ class TofinoDevice:
 
     def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
         """Each port's egress queues strict-priority, queue id 7 first: the program puts a packet in
-        the queue of its priority under esa (ig_tm_md.qid; docs/p4.md, "Egress queues"). The traffic
+        the queue of its priority under `--queues priority`, whatever the policy (ig_tm_md.qid; docs/p4.md, "Egress queues"). The traffic
         manager addresses a port's queues as (port group, queue in the group), which the port's
         configuration maps from the queue ids (the SDE's bf_rt_tm_tf1.json)."""
         gc = self.gc
