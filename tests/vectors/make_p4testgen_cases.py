@@ -161,11 +161,13 @@ def generate(p4testgen: str, max_tests: int, seed: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--p4testgen", default="p4testgen", help="the p4testgen binary (default: on PATH)")
+    parser.add_argument("--p4testgen", help="the p4testgen binary (default: $INA_P4TESTGEN, else on PATH)")
     parser.add_argument("--max-tests", type=int, default=300, help="how many cases p4testgen writes (default %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="p4testgen's seed (default %(default)s)")
     args = parser.parse_args()
-    document = generate(args.p4testgen, args.max_tests, args.seed)
+    from ina.p4 import toolchain
+
+    document = generate(args.p4testgen or toolchain.require("p4testgen"), args.max_tests, args.seed)
     OUT.mkdir(exist_ok=True)
     path = OUT / f"ina_tna_K{WORDS}_P{POOL}.json"
     path.write_text(json.dumps(document, indent=1) + "\n")
