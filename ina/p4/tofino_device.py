@@ -215,9 +215,9 @@ class TofinoDevice:
 
     def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
         """Each port's egress queues strict-priority, queue id 7 first: the program puts a packet in
-        the queue of its priority under `--queues priority`, whatever the policy (ig_tm_md.qid; docs/p4.md, "Egress queues"). The traffic
-        manager addresses a port's queues as (port group, queue in the group), which the port's
-        configuration maps from the queue ids (the SDE's bf_rt_tm_tf1.json)."""
+        the queue of its priority under `--queues priority`, whatever the policy (ig_tm_md.qid; docs/p4.md,
+        "Egress queues"). The traffic manager addresses a port's queues as (port group, queue in the group),
+        which the port's configuration maps from the queue ids (the SDE's bf_rt_tm_tf1.json)."""
         gc = self.gc
         ports_cfg, queues = self.info.table_get("tf1.tm.port.cfg"), self.info.table_get("tf1.tm.queue.sched_cfg")
         for port in sorted(set(ports)):
