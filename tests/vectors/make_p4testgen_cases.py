@@ -20,6 +20,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from ina.p4 import toolchain
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 OUT = HERE / "p4testgen"
@@ -165,8 +167,6 @@ def main() -> None:
     parser.add_argument("--max-tests", type=int, default=300, help="how many cases p4testgen writes (default %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="p4testgen's seed (default %(default)s)")
     args = parser.parse_args()
-    from ina.p4 import toolchain
-
     document = generate(args.p4testgen or toolchain.require("p4testgen"), args.max_tests, args.seed)
     OUT.mkdir(exist_ok=True)
     path = OUT / f"ina_tna_K{WORDS}_P{POOL}.json"
