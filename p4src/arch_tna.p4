@@ -24,6 +24,9 @@
 #define INA_ACTION(T, U, reg, act) RegisterAction<T, bit<16>, U>(reg) act = { void apply(inout T value, out U rv) {
 #define INA_UPDATE(T, reg, act) RegisterAction<T, bit<16>, bit<8>>(reg) act = { void apply(inout T value) {
 #define INA_END(reg) } };
+/* what `missing` holds for a held result (atp): a run-time parameter of the stateful ALUs, set by the control plane */
+#define INA_HELD_PARAM(inst, pname) @name(pname) RegisterParam<bit<32>>(0) inst;
+#define INA_HELD_VALUE(inst) inst.read()
 
 #define INA_RUN(dst, act) dst = act.execute(meta.slot)
 #define INA_DO(act) act.execute(meta.slot)

@@ -12,6 +12,9 @@
 #define INA_ACTION(T, U, reg, act) action act(out U rv) { T value; reg.read(value, (bit<32>)meta.slot);
 #define INA_UPDATE(T, reg, act) action act() { T value; reg.read(value, (bit<32>)meta.slot);
 #define INA_END(reg) reg.write((bit<32>)meta.slot, value); }
+/* what `missing` holds for a held result (atp): the identity's setting (identity.p4) */
+#define INA_HELD_PARAM(inst, pname)
+#define INA_HELD_VALUE(inst) meta.held_missing
 
 #define INA_ASSUME(check)
 #define INA_RUN(dst, act) act(dst)

@@ -81,21 +81,11 @@ const bit<8> KIND_SWEEP = 7;
 /* FLAG_RESEND is bit 0 (0x01): the switch reads it as hdr.ina.flags[0:0] */
 /* FLAG_MAX is bit 1 (0x02): hdr.ina.flags[1:1], the key's operation bit */
 const bit<8> FLAG_MAX_BIT = 0x02;
-#ifdef INA_HOLD
-/* FLAG_HOLD is bit 2 (0x04): atp's held RESULT, to the PS and back (v1model only: INA_HOLD, metadata.p4) */
+/* FLAG_HOLD is bit 2 (0x04): atp's held RESULT, to the PS and back (metadata.p4) */
 const bit<8> FLAG_HOLD = 0x04;
-#endif
-#ifdef INA_RACKS
-/* FLAG_SPINE is bit 3 (0x08): a racked job's spine level (racks.p4, v1model only) */
+/* FLAG_SPINE is bit 3 (0x08): a racked job's spine level (racks.p4) */
 const bit<8> FLAG_SPINE = 0x08;
-#ifdef INA_HOLD
 const bit<8> KNOWN_FLAGS = 0x0F;
-#else
-const bit<8> KNOWN_FLAGS = 0x0B;
-#endif
-#else
-const bit<8> KNOWN_FLAGS = 0x03;
-#endif
 
 /* A chunk key as the slot registers hold it: a valid bit (bit 17, so that 0 is "no key"), the
  * operation bit (bit 16, set for MAX) and the job id. The sequence number lives in a register of its

@@ -3,32 +3,23 @@
 #ifndef INA_IDENTITY_P4
 #define INA_IDENTITY_P4
 
-/* The switch's own address and its settings, set by the control plane: the policy (esa: preemption; on v1model
- * also hold: atp's held results) and the egress queues (by priority, or one FIFO a port), whatever the policy.
- * The setting only v1model has comes first, with its default (no hold). */
-#ifdef INA_HOLD
-#define HOLD_SETTING bit<1> hold,
-#define HOLD_DEFAULT 0,
-#else
-#define HOLD_SETTING
-#define HOLD_DEFAULT
-#endif
+/* The switch's own address and its settings, set by the control plane: the policy (esa: preemption; atp: what
+ * `missing` becomes as a chunk completes, HELD for a held result, else 0) and the egress queues (by priority,
+ * or one FIFO a port), whatever the policy. */
 control Identity(inout ina_meta_t meta) {
     @name(".ina_identity")
-    action identity(bit<32> ip, bit<48> mac, HOLD_SETTING bit<1> priority_queues, bit<1> esa) {
+    action identity(bit<32> ip, bit<48> mac, bit<32> held_missing, bit<1> priority_queues, bit<1> esa) {
         meta.switch_ip = ip;
         meta.switch_mac = mac;
         meta.esa = esa;
-#ifdef INA_HOLD
-        meta.held_missing = hold == 1 ? HELD : 0;
-#endif
+        meta.held_missing = held_missing;
         meta.priority_queues = priority_queues;
     }
 
     @name(".ina_switch")
     table switch_identity {
         actions = { identity; }
-        default_action = identity(0, 0, HOLD_DEFAULT 1, 1);
+        default_action = identity(0, 0, 0, 1, 1);
         size = 1;
     }
 
@@ -46,6 +37,7 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     SlotDecision() slots;
     IngressWords() words;
     ChooseSlotAction() choose;
+    Victims() victims;
     Decide() decide;
     EgressQueue() in_queue;
     EgressQueue() old_queue;
@@ -55,11 +47,8 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
     NextPass() next_pass;
     WordPassStep() word_pass_step;
     WordPassOutput() word_pass_output;
-#ifdef INA_RACKS
     Levels() levels;
-    VictimLevel() victim_level;
     EgressQueue() up_queue;
-#endif
 
     /* A word pass (WORD_PASS, word_passes.p4) steps its group with the deciding pass's tables (bf-p4c
      * places a table applied in two places in neither): it takes its step from the bridge instead of
@@ -100,9 +89,8 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                 cpu_port.apply(meta);
                 validate.apply(hdr, meta);
                 job_checks.apply(hdr, meta);
-#ifdef INA_RACKS
+                victims.apply(hdr, meta);
                 levels.apply(hdr, meta);
-#endif
                 admission.apply(hdr, meta);
             }
             if (meta.outcome == NO_OUTCOME) {
@@ -117,10 +105,7 @@ control InaIngressLogic(inout headers_t hdr, inout ina_meta_t meta) {
                  * between and beside them. */
                 if (!WORD_PASS) {
                     old_queue.apply(meta.old_prio, meta.priority_queues, meta.old_queue);
-#ifdef INA_RACKS
                     up_queue.apply(meta.up_prio, meta.priority_queues, meta.up_queue);
-                    victim_level.apply(meta);
-#endif
                     decide.apply(hdr, meta);
                 }
                 if (!WORD_PASS) {

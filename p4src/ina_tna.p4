@@ -2,9 +2,10 @@
  * (docs/p4.md lists what differs between the two and why), with this file mapping TNA's intrinsic
  * metadata to their fields and back:
  *
- *   ingress  stage 0 the tables; 1-4 the slot registers (slots.p4); 4-11 the value words (values.p4);
- *            the decision and the header rewrite (outputs.p4); for K above INA_WORD_GROUP, a word
- *            pass a later group of the words (identity.p4)
+ *   ingress  stage 0 the tables (the job's, its level's, its sources', a claim's victim's); 1 Admission's
+ *            checks; 2-5 the slot registers (slots.p4); 5-10 the value words (values.p4); the decision
+ *            and the header rewrite (outputs.p4); for K above INA_WORD_GROUP, a word pass a later
+ *            group of the words (identity.p4)
  *   egress   RESULT copies' destinations, tx
  *
  * A packet's later pass goes round through the recirculation port RECIRC_PORT (pipe 0's by default)
@@ -40,6 +41,7 @@
 #include "outputs.p4"
 #include "counters.p4"
 #include "forwarding.p4"
+#include "racks.p4"
 #include "identity.p4"
 
 control InaIngress(inout headers_t hdr, inout ina_meta_t meta,

@@ -8,7 +8,7 @@
  *   outputs.p4    what leaves: forwarding to the PS, PARTIALs, RESULT replication
  *   counters.p4   rx, outcomes, events; the egress (tx, replicas)
  *   forwarding.p4 Ethernet forwarding of everything else; the control plane's port
- *   racks.p4      a racked job's leaf and spine (docs/protocol.md, section 10): v1model only
+ *   racks.p4      a racked job's leaf and spine (docs/protocol.md, section 10)
  *
  * This file maps v1model's intrinsic metadata to the shared controls' fields and back.
  * Build: `ina p4 build --words K --pool P` (ina/p4/build.py). */
@@ -20,8 +20,6 @@
 #endif
 
 #define INA_WIDE_WORDS
-#define INA_RACKS  /* racks.p4's hooks in the shared controls: the TNA program has none (docs/p4.md, "Racks") */
-#define INA_HOLD   /* atp's held results (metadata.p4): the TNA program has none (docs/p4.md, "atp") */
 #define INA_OWN_ADDRESS /* ina packets to another address forwarded, not taken: the TNA program takes them (docs/p4.md, "Own address") */
 #include "headers.p4"
 #include "arch_v1model.p4"

@@ -30,8 +30,6 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         meta.lane_bits = lane_bits;
         meta.dst_ip = ps_ip;
         meta.dst_port = ps_port;
-        meta.from_ps_ip = hdr.ipv4.src ^ ps_ip;
-        meta.from_ps_port = hdr.udp.src_port ^ ps_port;
         CARRY.group = group;
         meta.rest = full & ~hdr.ina.bitmap;
     }
@@ -66,6 +64,28 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         size = 32768;
     }
 
+    /* One entry per (job, address) that a FLUSH or a RESULT may come from: the job's PS, and at a leaf its
+     * spine; `up` where the job's RESULTs come from (the spine at a leaf, else the PS). A table rather than
+     * a comparison with the job's addresses, so that Admission tests a bit (the sources' 48 bits are more
+     * than a gateway compares). */
+    @name(".ina_source")
+    action source(bit<1> ps, bit<1> up) {
+        meta.from_ps = ps;
+        meta.from_up = up;
+    }
+
+    @name(".ina_sources")
+    table sources {
+        key = {
+            hdr.ina.job: exact @name("job");
+            hdr.ipv4.src: exact @name("src");
+            hdr.udp.src_port: exact @name("src_port");
+        }
+        actions = { source; }
+        const default_action = source(0, 0);
+        size = 4096;
+    }
+
     apply {
         meta.worker_known = 0;
         meta.job_known = 0;
@@ -79,10 +99,12 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         if (hdr.ina.kind == KIND_DATA && CARRY.pass == PASS_FIRST) {
             meta.data_first = 1;
         }
-        if (hdr.ina.kind == KIND_FLUSH || hdr.ina.kind == KIND_SWEEP || CARRY.pass == PASS_FLUSH) {
+        /* a RESULT that Admission lets in is passed on (racks.p4): its slot stages are a SWEEP's (slots.p4) */
+        if (hdr.ina.kind == KIND_FLUSH || hdr.ina.kind == KIND_SWEEP || CARRY.pass == PASS_FLUSH
+            || hdr.ina.kind == KIND_RESULT) {
             meta.flushing = 1;
         }
-        if (hdr.ina.kind == KIND_SWEEP) {
+        if (hdr.ina.kind == KIND_SWEEP || hdr.ina.kind == KIND_RESULT) {
             meta.sweep = 1;
         }
         if (CARRY.pass == PASS_CLAIM) {
@@ -90,6 +112,7 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
         }
         jobs.apply();
         workers.apply();
+        sources.apply();
         if (meta.job_known == 1) {
             /* what every entry the control plane writes satisfies (p4testgen's cases only) */
             INA_ASSUME(meta.key_id == (32w0x20000 | ((bit<32>)hdr.ina.flags[1:1] << 16) | (bit<32>)hdr.ina.job));
@@ -98,6 +121,9 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
             INA_ASSUME(meta.full == (32w0xFFFFFFFF >> (32w32 - (bit<32>)meta.fanin)));
             INA_ASSUME(meta.lane_bits == 8 || meta.lane_bits == 16 || meta.lane_bits == 32);
             INA_ASSUME(meta.dst_ip != 0 && meta.dst_port != 0);
+            /* the sources the controller writes (entries.py `sources`): the job's PS, its RESULTs' source too */
+            INA_ASSUME((meta.from_ps == 1) == (hdr.ipv4.src == meta.dst_ip && hdr.udp.src_port == meta.dst_port));
+            INA_ASSUME(meta.from_up == meta.from_ps);
             INA_ASSUME(meta.span_mask < POOL && (meta.span_mask & (meta.span_mask + 1)) == 0);
             INA_ASSUME(meta.neg_slot_base < POOL && (meta.neg_slot_base & meta.span_mask) == 0);
         }
@@ -106,23 +132,13 @@ control JobChecks(inout headers_t hdr, inout ina_meta_t meta) {
 
 
 /* The checks in order, Validate's and then the job table's, each a plain condition: one chain, so
- * that a Tofino stage tests them all after the tables of both. */
+ * that a Tofino stage tests them all after the tables of both (the level table's, racks.p4, among
+ * them). */
 control Admission(inout headers_t hdr, inout ina_meta_t meta) {
     apply {
-#ifdef INA_HOLD
-        /* atp takes a RESULT from the job's PS, flagged HOLD and every worker's: its return of a held result
-         * (a leaf's RESULTs are its spine's, racks.p4); both are passed on to the workers (slots.p4) */
-        bit<1> release = 0;
-        if (hdr.ina.kind == KIND_RESULT && meta.descend == 0 && meta.held_missing != 0) {
-            release = 1;
-        }
-        meta.passing_on = release | meta.descend;
-#endif
         if (meta.parser_error == 1 || !hdr.ina.isValid() || meta.truncated == 1) {
             meta.outcome = OUTCOME_MALFORMED;
-        } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION) {
-            meta.outcome = OUTCOME_MALFORMED;
-        } else if ((hdr.ina.flags & ~KNOWN_FLAGS) != 0) {
+        } else if (hdr.ina.magic != INA_MAGIC || hdr.ina.version != INA_VERSION || (hdr.ina.flags & ~KNOWN_FLAGS) != 0) {
             meta.outcome = OUTCOME_MALFORMED;
         } else if (meta.ip_udp_gap != IPV4_HEADER_LEN) {
             meta.outcome = OUTCOME_MALFORMED;
@@ -131,30 +147,15 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
         } else if (hdr.ina.kind == KIND_DATA && meta.rank_ok == 0) {
             meta.outcome = OUTCOME_MALFORMED;
         } else if (hdr.ina.kind != KIND_DATA && hdr.ina.kind != KIND_FLUSH
-#ifdef INA_RACKS
-                   && meta.descend == 0
-#endif
-#ifdef INA_HOLD
-                   && release == 0
-#endif
+                   && meta.passing_on == 0  /* a RESULT to pass on: a leaf's descent or atp's release (racks.p4) */
                    && !(hdr.ina.kind == KIND_SWEEP && meta.from_cpu == 1)) {
             meta.outcome = OUTCOME_UNEXPECTED;
         } else if (meta.job_known == 0) {
             meta.outcome = OUTCOME_UNREGISTERED;
         } else if (hdr.ina.kind == KIND_DATA && meta.worker_known == 0) {
             meta.outcome = OUTCOME_UNREGISTERED;
-        } else if (hdr.ina.kind == KIND_FLUSH && meta.from_ps_ip != 0) {
+        } else if ((hdr.ina.kind == KIND_FLUSH && meta.from_ps == 0) || (meta.passing_on == 1 && meta.from_up == 0)) {
             meta.outcome = OUTCOME_UNREGISTERED;
-        } else if (hdr.ina.kind == KIND_FLUSH && meta.from_ps_port != 0) {
-            meta.outcome = OUTCOME_UNREGISTERED;
-#ifdef INA_RACKS
-        } else if (meta.descend == 1 && meta.from_up == 0) {
-            meta.outcome = OUTCOME_UNREGISTERED;
-#endif
-#ifdef INA_HOLD
-        } else if (release == 1 && (meta.from_ps_ip != 0 || meta.from_ps_port != 0)) {
-            meta.outcome = OUTCOME_UNREGISTERED;
-#endif
         } else if (hdr.ina.kind != KIND_SWEEP && meta.slot_offset != meta.seq_offset[SLOT_BITS-1:0]) {
             meta.outcome = OUTCOME_BAD_SLOT;
         } else if (hdr.ina.kind != KIND_SWEEP && (hdr.ina.slot & ~POOL_MASK) != 0) {
@@ -165,14 +166,8 @@ control Admission(inout headers_t hdr, inout ina_meta_t meta) {
             meta.outcome = OUTCOME_BAD_FORMAT;
         } else if (hdr.ina.kind == KIND_DATA && meta.op_max == 0 && hdr.ina.lane_bits != meta.lane_bits) {
             meta.outcome = OUTCOME_BAD_FORMAT;
-#ifdef INA_RACKS
         } else if (meta.misleveled == 1) {
             meta.outcome = OUTCOME_BAD_FORMAT;
-#endif
-#ifdef INA_HOLD
-        } else if (release == 1 && ((hdr.ina.flags & FLAG_HOLD) == 0 || hdr.ina.bitmap != meta.full)) {
-            meta.outcome = OUTCOME_BAD_FORMAT;
-#endif
         }
     }
 }

@@ -24,12 +24,8 @@ const bit<8> OUT_TO_PS = 1;      /* the packet unchanged, to its job's PS */
 const bit<8> OUT_PARTIAL = 2;    /* a PARTIAL of the slot's old contents */
 const bit<8> OUT_RESULT = 3;     /* a RESULT to every worker of the job and its PS */
 const bit<8> OUT_RECIRC = 4;     /* the next pass */
-#ifdef INA_RACKS
 const bit<8> OUT_UP = 5;         /* a leaf's completed chunk: its rack's sum to the spine (racks.p4) */
-#endif
-#ifdef INA_HOLD
 const bit<8> OUT_HELD = 6;       /* atp: a completed chunk's RESULT, flagged HOLD, to its PS alone (unicast) */
-#endif
 
 /* What the slot's value words do (0: nothing). */
 const bit<8> SLOT_NONE = 0;
@@ -63,42 +59,20 @@ const bit<32> OUTCOME_RESEND_FORWARDED = 10;
 const bit<32> OUTCOME_STRAGGLER = 11;
 const bit<32> OUTCOME_COLLISION = 12;
 const bit<32> OUTCOME_FLUSH_REQUESTS = 13;
-#ifdef INA_RACKS
 const bit<32> OUTCOME_DESCENDED = 14;  /* a leaf: its spine's RESULT, passed down to the rack (racks.p4) */
-#ifdef INA_HOLD
 const bit<32> OUTCOME_RELEASES = 15;   /* atp: a held RESULT the PS returned, passed on to the workers */
 const bit<32> OUTCOMES = 16;
 const bit<32> NO_OUTCOME = 16;
-#else
-const bit<32> OUTCOMES = 15;
-#endif
-#else
-const bit<32> OUTCOMES = 14;
-#endif
-#ifndef INA_HOLD
-const bit<32> NO_OUTCOME = 15;   /* a pass that hands its packet's outcome to the next pass */
-#endif
 
 const bit<32> EVENT_COMPLETED = 0;
 const bit<32> EVENT_PREEMPTED = 1;
 const bit<32> EVENT_STALE = 2;
 const bit<32> EVENT_FLUSH_HITS = 3;
 const bit<32> EVENT_SWEPT = 4;
-#ifdef INA_RACKS
-const bit<32> EVENT_SENT_UP = 5;  /* a leaf's completed chunk went up (counted beside EVENT_COMPLETED) */
-#ifdef INA_HOLD
-const bit<32> EVENT_RELEASE_HITS = 6;  /* ... a RESULT passed on found its held result in the slot, and freed it */
-const bit<32> EVENTS = 7;
-const bit<32> NO_EVENT = 8;
-#else
+/* (a leaf's sums up count on a counter of their own, counters.p4) */
+const bit<32> EVENT_RELEASE_HITS = 5;  /* a RESULT passed on found its held result in the slot, and freed it */
 const bit<32> EVENTS = 6;
-#endif
-#else
-const bit<32> EVENTS = 5;
-#endif
-#ifndef INA_HOLD
-const bit<32> NO_EVENT = 7;
-#endif
+const bit<32> NO_EVENT = 8;
 
 /* The stateful ALUs' 4-bit predicate output (bf-p4c's encoding, which the v1model emulation
  * copies): bit (2 * cmphi + cmplo) is set. No register action's two comparisons can both hold
@@ -107,25 +81,21 @@ const bit<4> PRED_LO = 4w0b0010;  /* the low comparison held (and the high one n
 const bit<4> PRED_HI = 4w0b0100;  /* the high comparison held (and the low one not) */
 const bit<4> PRED_BOTH = 4w0b1000;  /* both held (only key_id_copy's claim-pass swap can answer it) */
 
-#if defined(INA_HOLD) != defined(INA_RACKS)
-#error "INA_HOLD and INA_RACKS go together: a leaf passes its spine's RESULT down as atp passes on a released one"
-#endif
-#ifdef INA_HOLD
-/* atp (docs/protocol.md, section 5; v1model only): a completed chunk's slot stays held, its RESULT flagged
+/* atp (docs/protocol.md, section 5): a completed chunk's slot stays held, its RESULT flagged
  * HOLD to the PS alone, until the PS returns that RESULT (a release) or, at a leaf, the spine's RESULT passes
  * down; either frees the slot if it still holds that result, and goes on to the workers. A held result is a
- * `missing` of HELD: no worker's bit (the controller takes jobs of 2..31 workers under atp), so the job's
+ * `missing` of HELD, 0x80000000, which the control plane writes (ina.p4.entries.HELD): no worker's bit (the controller takes jobs of 2..31 workers under atp), so the job's
  * packets meet a chunk every worker is in (a duplicate, a RESEND's flush, a stale partial), another job's
  * a collision, and a PARTIAL of it carries the full bitmap. (A one-worker chunk evicting its job's held
  * result would owe two packets, the PARTIAL and its own held RESULT, where a pass sends one.) */
-const bit<32> HELD = 0x80000000;
-#endif
 
-#ifdef INA_RACKS
 /* How the switch serves a job (docs/protocol.md, section 10; racks.p4) */
 const bit<2> ROLE_ONLY = 0;
 const bit<2> ROLE_LEAF = 1;
 const bit<2> ROLE_SPINE = 2;
+/* the level table's entries: a racked job's, atp's jobs' (ina.p4.entries.LEVEL_ENTRIES) */
+#ifndef LEVEL_ENTRIES
+#define LEVEL_ENTRIES 1024
 #endif
 
 struct ina_meta_t {
@@ -157,8 +127,8 @@ struct ina_meta_t {
 #endif
     bit<8>  fanin;           /* n */
     bit<8>  lane_bits;
-    bit<32> from_ps_ip;      /* source IP xor the PS's (0: from the job's PS) */
-    bit<16> from_ps_port;
+    bit<1>  from_ps;         /* from the job's PS (table ina_sources) */
+    bit<1>  from_up;         /* from where the job's RESULTs come: its spine at a leaf, else its PS */
     bit<1>  job_known;       /* the job table holds (job, op) */
     bit<1>  worker_known;    /* DATA: the worker table holds (job, rank, source) */
     bit<SLOT_BITS> slot_offset;  /* slot - slot_base (mod P): must equal seq mod span */
@@ -173,10 +143,8 @@ struct ina_meta_t {
     bit<32> switch_ip;
     bit<48> switch_mac;
     bit<1>  esa;
-#ifdef INA_HOLD
     bit<32> held_missing;    /* what `missing` becomes as a chunk completes: HELD under atp, else 0 (free) */
     bit<1>  passing_on;      /* a RESULT passed on to the job's workers: a release (from the PS) or a leaf's descent */
-#endif
     bit<1>  priority_queues; /* the egress queues by priority (else one FIFO a port), whatever the policy */
 
     /* the packet as the slot sees it */
@@ -231,22 +199,22 @@ struct ina_meta_t {
     bit<3>  in_queue;
     bit<3>  old_queue;
 
-#ifdef INA_RACKS
     /* the job's role here (racks.p4) */
     bit<2>  role;            /* ROLE_* */
     bit<8>  rack;            /* a leaf: its rack, the rank its sums go up with */
-    bit<32> racks_full;      /* a leaf: 2^R - 1, the bitmap of the spine's RESULT */
+    bit<32> rack_bit;        /* 1 << rack: its bit in the spine bitmap (no shift by a field on Tofino) */
     bit<32> spine_ip;        /* a leaf: where its sums go up */
     bit<16> spine_port;
+    bit<9>  spine_egress;    /* ... and its route: the port and the next hop's MAC */
+    bit<48> spine_mac;
     bit<8>  level_flags;     /* FLAG_SPINE at the job's spine: its PARTIALs and RESULTs carry it */
     bit<8>  victim_flags;    /* the same for a claim pass's victim's job */
     bit<8>  partial_flags;   /* ... and for the PARTIAL that leaves */
     bit<1>  descend;         /* a leaf: a RESULT of the job, to pass down */
-    bit<1>  from_up;         /* ... from the job's spine */
-    bit<1>  misleveled;      /* a DATA or RESULT of the wrong level: bad_format */
+    bit<1>  misleveled;      /* a DATA or RESULT of the wrong level, or a release not flagged HOLD with every
+                              * worker's bitmap: bad_format */
     bit<8>  up_prio;         /* the slot's priority once this packet is in it: a leaf's sum goes up with it */
     bit<3>  up_queue;        /* its egress queue */
-#endif
 
 #ifndef INA_CARRY_HEADER
     INA_CARRIED_FIELDS(@field_list(1))

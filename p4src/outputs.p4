@@ -5,7 +5,54 @@
 #ifndef INA_OUTPUTS_P4
 #define INA_OUTPUTS_P4
 
+/* a PARTIAL's flags: at a job's spine it carries SPINE (racks.p4), the victim's its victim entry's */
+#define VICTIM_FLAGS , bit<8> flags
+#define PARTIAL_FLAGS(op) ((op) | meta.partial_flags)
+
 const bit<16> CHUNK_UDP_LEN = LANES_UDP_LEN;
+
+/* A claim pass's victim: the job whose partial the pass evicts, named by the bridge, so that the table is
+ * looked up with the job tables, long before the outcome needs it (and its route's key is known when the
+ * outcome is). */
+control Victims(in headers_t hdr, inout ina_meta_t meta) {
+    @name(".ina_victim")
+    action victim(bit<32> full, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port VICTIM_FLAGS) {
+        meta.victim_flags = flags;
+        meta.partial_full = full;
+        meta.partial_lanes = lane_bits;
+        meta.victim_ps_ip = ps_ip;
+        meta.victim_ps_port = ps_port;
+    }
+
+    @name(".ina_victims")
+    table victims {
+        key = { CARRY.expect_id[15:0]: exact @name("job"); }
+        actions = { victim; NoAction; }
+        const default_action = NoAction();
+        size = 2048;
+    }
+
+    apply {
+        if (CARRY.pass == PASS_CLAIM) {
+            victims.apply();
+        }
+    }
+}
+
+/* A RESULT passed on to the job's workers (Outputs), which Admission lets in as a leaf's descent or atp's
+ * release, takes the flush pass (jobs.p4): it found its held result if its sweep of HELD answered 0 (slots.p4),
+ * which under atp only a held result does. Keys and entries of the flush outcomes. */
+#define PASS_ON_KEYS \
+            meta.descend: ternary @name("descend"); \
+            meta.path: ternary @name("path"); \
+            meta.old_missing: ternary @name("answer"); \
+            meta.held_missing[31:31]: ternary @name("held");
+#define PASS_ON_ANY , _, _, _, _
+#define PASS_ON_ENTRIES \
+            (KIND_RESULT, _, 1, PATH_SWEEP, 0, 1): send(OUT_RESULT, OUTCOME_DESCENDED, EVENT_RELEASE_HITS); \
+            (KIND_RESULT, _, 1, _, _, _): send(OUT_RESULT, OUTCOME_DESCENDED, NO_EVENT); \
+            (KIND_RESULT, _, 0, PATH_SWEEP, 0, 1): send(OUT_RESULT, OUTCOME_RELEASES, EVENT_RELEASE_HITS); \
+            (KIND_RESULT, _, 0, _, _, _): send(OUT_RESULT, OUTCOME_RELEASES, NO_EVENT);
 
 /* The outcome, event and output of a packet on its deciding pass (docs/p4.md, "Per-packet algorithm"):
  * constant ternary tables, first match winning (slots.p4 says why), one for each kind of pass. */
@@ -33,9 +80,7 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         meta.partial_full = meta.full;
         meta.partial_lanes = meta.lane_bits;
         meta.output = OUT_PARTIAL;
-#ifdef INA_RACKS
         meta.partial_flags = meta.level_flags;
-#endif
     }
 
     /* ... lacking the workers `missing` held, */
@@ -55,8 +100,7 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     /* The claim pass evicts a stale or preempted partial, which may be another job's: its PS and
-     * bitmap come from the victim table, looked up on every claim pass before the slot stages
-     * answer (so that the route's key is known when the outcome is). */
+     * bitmap come from the victim table (Victims). */
     action claim_evict(bit<32> event) {
         meta.partial_id = CARRY.expect_id;
         meta.partial_seq = meta.old_seq;
@@ -64,28 +108,11 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         meta.dst_ip = meta.victim_ps_ip;
         meta.dst_port = meta.victim_ps_port;
         meta.output = OUT_PARTIAL;
-#ifdef INA_RACKS
         meta.partial_flags = meta.victim_flags;
-#endif
         meta.outcome = OUTCOME_CLAIMED;
         meta.event = event;
     }
 
-    @name(".ina_victim")
-    action victim(bit<32> full, bit<8> lane_bits, bit<32> ps_ip, bit<16> ps_port) {
-        meta.partial_full = full;
-        meta.partial_lanes = lane_bits;
-        meta.victim_ps_ip = ps_ip;
-        meta.victim_ps_port = ps_port;
-    }
-
-    @name(".ina_victims")
-    table victims {
-        key = { CARRY.expect_id[15:0]: exact @name("job"); }
-        actions = { victim; NoAction; }
-        const default_action = NoAction();
-        size = 2048;
-    }
 
     /* FLUSH from the PS, the control plane's idle sweep, or a RESEND's flush */
     @name(".ina_flush_outcomes")
@@ -93,16 +120,18 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         key = {
             hdr.ina.kind: ternary @name("kind");
             meta.slot_action: ternary @name("slot_action");
+            PASS_ON_KEYS
         }
         actions = { send; evict; evict_swept; }
         const default_action = send(OUT_DROP, OUTCOME_FLUSHED, NO_EVENT);
-        INA_CONST_TABLE_SIZE(8)
+        INA_CONST_TABLE_SIZE(16)
         const entries = {
-            (KIND_SWEEP, SLOT_READ): evict_swept();
-            (KIND_SWEEP, _): send(OUT_DROP, NO_OUTCOME, NO_EVENT);
-            (KIND_FLUSH, SLOT_READ): evict(OUTCOME_FLUSH_REQUESTS, EVENT_FLUSH_HITS);
-            (KIND_FLUSH, _): send(OUT_DROP, OUTCOME_FLUSH_REQUESTS, NO_EVENT);
-            (_, SLOT_READ): evict(OUTCOME_FLUSHED, NO_EVENT);
+            PASS_ON_ENTRIES
+            (KIND_SWEEP, SLOT_READ PASS_ON_ANY): evict_swept();
+            (KIND_SWEEP, _ PASS_ON_ANY): send(OUT_DROP, NO_OUTCOME, NO_EVENT);
+            (KIND_FLUSH, SLOT_READ PASS_ON_ANY): evict(OUTCOME_FLUSH_REQUESTS, EVENT_FLUSH_HITS);
+            (KIND_FLUSH, _ PASS_ON_ANY): send(OUT_DROP, OUTCOME_FLUSH_REQUESTS, NO_EVENT);
+            (_, SLOT_READ PASS_ON_ANY): evict(OUTCOME_FLUSHED, NO_EVENT);
         }
     }
 
@@ -186,26 +215,10 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     apply {
-        if (CARRY.pass == PASS_CLAIM) {
-            victims.apply();
-        }
         meta.output = OUT_DROP;
         if (CARRY.pass == PASS_REDIRECT) {
             /* the collision decided on the first pass: its chunk's later packets follow it */
             send(OUT_TO_PS, OUTCOME_COLLISION, NO_EVENT);
-#ifdef INA_HOLD
-        } else if (meta.passing_on == 1) {
-            /* a RESULT passed on to the job's workers (Outputs); it found its held result if its sweep of HELD
-             * answered 0 (slots.p4), which under atp only a held result does */
-            meta.output = OUT_RESULT;
-            meta.outcome = OUTCOME_RELEASES;
-            if (meta.descend == 1) {
-                meta.outcome = OUTCOME_DESCENDED;
-            }
-            if (meta.path == PATH_SWEEP && meta.old_missing == 0 && meta.held_missing != 0) {
-                meta.event = EVENT_RELEASE_HITS;
-            }
-#endif
         } else if (meta.flushing == 1) {
             flush_outcomes.apply();
         } else if (CARRY.pass == PASS_CLAIM) {
@@ -221,14 +234,30 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
  * chunk waits behind; 0 for all with one FIFO a port (`by_priority` 0: the control plane's queues
  * setting, the same whatever the policy). */
 control EgressQueue(in bit<8> priority, in bit<1> by_priority, out bit<3> queue) {
-    apply {
-        if (by_priority == 0) {
-            queue = 0;
-        } else if (priority < 48) {
-            queue = priority[5:3] + 1;
-        } else {
-            queue = 7;
+    action set_queue(bit<3> q) {
+        queue = q;
+    }
+
+    /* exact on the priority's eighths (no TCAM: the words' stages hold the outcome tables' ternary keys) */
+    table queue_of {
+        key = { by_priority: exact; priority[7:3]: exact @name("priority"); }
+        actions = { set_queue; }
+        const default_action = set_queue(0);
+        INA_CONST_TABLE_SIZE(32)
+        const entries = {
+            (1, 0): set_queue(1); (1, 1): set_queue(2); (1, 2): set_queue(3); (1, 3): set_queue(4);
+            (1, 4): set_queue(5); (1, 5): set_queue(6); (1, 6): set_queue(7); (1, 7): set_queue(7);
+            (1, 8): set_queue(7); (1, 9): set_queue(7); (1, 10): set_queue(7); (1, 11): set_queue(7);
+            (1, 12): set_queue(7); (1, 13): set_queue(7); (1, 14): set_queue(7); (1, 15): set_queue(7);
+            (1, 16): set_queue(7); (1, 17): set_queue(7); (1, 18): set_queue(7); (1, 19): set_queue(7);
+            (1, 20): set_queue(7); (1, 21): set_queue(7); (1, 22): set_queue(7); (1, 23): set_queue(7);
+            (1, 24): set_queue(7); (1, 25): set_queue(7); (1, 26): set_queue(7); (1, 27): set_queue(7);
+            (1, 28): set_queue(7); (1, 29): set_queue(7); (1, 30): set_queue(7); (1, 31): set_queue(7);
         }
+    }
+
+    apply {
+        queue_of.apply();
     }
 }
 
@@ -273,6 +302,7 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         meta.queue = meta.in_queue;
     }
 
+
     /* the partial's key, its priority and the workers it holds, ... */
     action partial() {
         hdr.ina.kind = KIND_PARTIAL;
@@ -291,14 +321,14 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
     /* ... a MAX chunk's words whole, ... */
     action partial_max() {
         partial();
-        hdr.ina.flags = FLAG_MAX_BIT;
+        hdr.ina.flags = PARTIAL_FLAGS(FLAG_MAX_BIT);
         hdr.ina.lane_bits = 32;
     }
 
     /* ... a SUM's in the lanes of its workers */
     action partial_sum() {
         partial();
-        hdr.ina.flags = 0;
+        hdr.ina.flags = PARTIAL_FLAGS(0);
         hdr.ina.lane_bits = meta.partial_lanes;
     }
 
@@ -307,21 +337,19 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.ina.kind = KIND_RESULT;
         hdr.ina.rank = 0;
         hdr.ina.priority = 0;
-        hdr.ina.flags = hdr.ina.flags & FLAG_MAX_BIT;
-#ifdef INA_RACKS
-        hdr.ina.flags = hdr.ina.flags | meta.level_flags;
-#endif
+        hdr.ina.flags[7:4] = 0;  /* MAX and SPINE stay: a spine completes DATA flagged SPINE, others none */
+        hdr.ina.flags[2:2] = 0;
+        hdr.ina.flags[0:0] = 0;
         hdr.ina.bitmap = meta.full;
         from_switch();
         meta.mcast_group = CARRY.group;
     }
 
-#ifdef INA_HOLD
     /* atp: a completed chunk's RESULT to its PS alone, flagged HOLD, which the step waits for: queue 1 of the
      * priority queues (docs/protocol.md, "Egress queues"); the slot stays held (slots.p4) */
     action held_result() {
         result();
-        hdr.ina.flags = hdr.ina.flags | FLAG_HOLD;
+        hdr.ina.flags[2:2] = 1;  /* FLAG_HOLD */
         hdr.ipv4.dst = meta.dst_ip;
         hdr.udp.dst_port = meta.dst_port;
         meta.mcast_group = 0;
@@ -340,26 +368,27 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.udp.checksum = 0;
         meta.mcast_group = CARRY.group;
     }
-#endif
 
-#ifdef INA_RACKS
     /* A leaf's completed chunk instead: its rack's sum, one DATA up to the spine (docs/protocol.md,
      * section 10), the rack its rank and bit, with the slot's priority (the slot frees itself: no
      * worker is missing) */
     action up() {
         hdr.ina.kind = KIND_DATA;
-        hdr.ina.flags = (hdr.ina.flags & FLAG_MAX_BIT) | FLAG_SPINE;
+        hdr.ina.flags[7:4] = 0;
+        hdr.ina.flags[3:3] = 1;  /* FLAG_SPINE */
+        hdr.ina.flags[2:2] = 0;
+        hdr.ina.flags[0:0] = 0;
         hdr.ina.rank = meta.rack;
         hdr.ina.priority = meta.up_prio;
-        hdr.ina.bitmap = 32w1 << meta.rack;
+        hdr.ina.bitmap = meta.rack_bit;
         from_switch();
         hdr.ipv4.dst = meta.spine_ip;
         hdr.udp.dst_port = meta.spine_port;
-        meta.dst_ip = meta.spine_ip;
+        hdr.ethernet.dst = meta.spine_mac;  /* the route to the spine, from the level table */
+        meta.egress_port = meta.spine_egress;
         meta.queue = meta.up_queue;
         meta.output = OUT_UP;  /* unicast: no replicas in the egress */
     }
-#endif
 
     action to_recirc_port() {
         meta.egress_port = INA_RECIRC_PORT;
@@ -381,24 +410,14 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
             } else {
                 partial_sum();
             }
-#ifdef INA_RACKS
-            hdr.ina.flags = hdr.ina.flags | meta.partial_flags;
-#endif
             routes.apply();
-#ifdef INA_HOLD
         } else if (meta.passing_on == 1) {
             pass_on();
-#endif
-#ifdef INA_RACKS
         } else if (meta.output == OUT_RESULT && meta.role == ROLE_LEAF) {
             up();
-            routes.apply();
-#endif
-#ifdef INA_HOLD
         } else if (meta.output == OUT_RESULT && meta.held_missing != 0) {
             held_result();
             routes.apply();
-#endif
         } else if (meta.output == OUT_RESULT) {
             result();
         } else if (meta.output == OUT_RECIRC) {

@@ -40,12 +40,11 @@
         meta.redirect_id_pred: ternary @name("redirect_id"); \
         meta.redirect_seq_pred: ternary @name("redirect_seq");
 
-#ifdef INA_HOLD
 /* atp: a chunk every worker is in stays held (metadata.p4); else free */
-#define HOLD_COMPLETED if (value == 0) { value = meta.held_missing; }
-#else
-#define HOLD_COMPLETED
-#endif
+/* the contribution's bit cleared; under hold a chunk it completes stays held (its last contributor's bit is the
+ * whole of `missing`): compared before the update, as a stateful ALU does */
+#define CLEAR_CONTRIBUTION(held) \
+        if (value == hdr.ina.bitmap) { value = INA_HELD_VALUE(held); } else if (value != 0) { value = value & ~hdr.ina.bitmap; }
 
 control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     INA_REGISTER(bit<32>, redirect_id, ".ina_redirect_id")
@@ -58,6 +57,8 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     INA_REGISTER(bit<32>, missing, ".ina_missing")
     INA_REGISTER(bit<32>, missing_copy, ".ina_missing_copy")
     INA_REGISTER(bit<8>, prio, ".ina_prio")
+    INA_HELD_PARAM(held, "ina_held")  /* one a register */
+    INA_HELD_PARAM(held_copy, "ina_held_copy")
 
     /* -- stage 1: the redirect (its id and seq each a register: a stateful ALU takes two inputs) and key_id */
 
@@ -165,19 +166,13 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     /* the slot's own chunk: this worker's bit out (0: a duplicate, or a free slot), and cleared */
     INA_ACTION(bit<32>, bit<32>, missing, missing_add)
         rv = value & hdr.ina.bitmap;
-        if (value != 0) {
-            value = value & ~hdr.ina.bitmap;
-            HOLD_COMPLETED
-        }
+        CLEAR_CONTRIBUTION(held)
     INA_END(missing)
 
     /* ... the same update; out: whether the slot was free (lo) and this worker the last missing (hi) */
     INA_ACTION(bit<32>, bit<4>, missing_copy, missing_copy_add)
         rv = INA_PREDICATE(value == 0, value == hdr.ina.bitmap);
-        if (value != 0) {
-            value = value & ~hdr.ina.bitmap;
-            HOLD_COMPLETED
-        }
+        CLEAR_CONTRIBUTION(held_copy)
     INA_END(missing_copy)
 
     /* SWEEP: freed only if the slot still holds exactly the partial the control plane saw (answer 0) */
@@ -209,17 +204,11 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         value = meta.prio;
     INA_END(prio)
 
-#ifdef INA_RACKS
-    INA_ACTION(bit<8>, bit<8>, prio, prio_raise)  /* v1model: answers the raised priority, which a leaf sends its sum up with (racks.p4) */
-#else
-    INA_UPDATE(bit<8>, prio, prio_raise)
-#endif
+    INA_ACTION(bit<8>, bit<8>, prio, prio_raise)  /* answers the raised priority, which a leaf sends its sum up with (racks.p4) */
         if (value < meta.prio) {
             value = meta.prio;
         }
-#ifdef INA_RACKS
         rv = value;
-#endif
     INA_END(prio)
 
     INA_ACTION(bit<8>, bit<8>, prio, prio_read)
@@ -377,11 +366,7 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
     }
 
     action prio_add() {
-#ifdef INA_RACKS
         INA_RUN(meta.up_prio, prio_raise);
-#else
-        INA_DO(prio_raise);
-#endif
     }
 
     action prio_old() {
@@ -418,11 +403,9 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         /* a FLUSH or SWEEP that evicts the slot leaves with its K words: the first group's made valid
          * here, where the register read fills them; the later groups' (word passes) on their own
          * passes, which the bridge tells that the frame ends before them */
-#ifdef INA_HOLD
         if (meta.passing_on == 1) {
             /* a RESULT passed on leaves with its own words (BMv2 zeroes a header made valid again) */
         } else
-#endif
         if (hdr.ina.kind != KIND_DATA) {
 #include "valid_words.p4"
 #ifdef INA_WORD_PASSES
@@ -434,41 +417,29 @@ control SlotDecision(inout headers_t hdr, inout ina_meta_t meta) {
         if (meta.prio_gap == 0) {
             meta.prio = meta.priority_cap;
         }
-#ifdef INA_RACKS
         meta.up_prio = meta.prio;  /* a claim's; an added contribution's is the raised one (prio_add) */
-#endif
-
-#ifdef INA_HOLD
-        if (meta.passing_on == 1) {
-            /* a RESULT passed on frees the slot as a SWEEP would, only if it holds exactly the held result
-             * (claim_bitmap below), and names no partial */
-            meta.flushing = 1;
-            meta.sweep = 1;
-            meta.rest = 0;
-        } else if (meta.sweep == 1 && meta.rest == 0) {
-            meta.rest = meta.held_missing;  /* a SWEEP of a held result (the control plane saw every worker in) */
-        }
-#endif
 
         /* what a claim leaves missing: every worker but this one; a flush: none (a SWEEP compares
          * with the partial it saw) */
-        if (meta.flushing == 1 && meta.sweep == 0) {
+        if (meta.passing_on == 1) {
+            /* a RESULT passed on (a FLUSH and a SWEEP, jobs.p4) frees the slot as a SWEEP would, only if it
+             * holds exactly the held result, and names no partial */
+            meta.claim_bitmap = meta.held_missing;
+            meta.rest = 0;
+        } else if (meta.flushing == 1 && meta.sweep == 0) {
             meta.claim_bitmap = 0;
+        } else if (meta.sweep == 1 && meta.rest == 0) {
+            /* a SWEEP of a held result (the control plane saw every worker in) */
+            meta.claim_bitmap = meta.held_missing;
+            meta.rest = meta.held_missing;
         } else {
             meta.claim_bitmap = meta.rest;
         }
-#ifdef INA_HOLD
-        if (meta.passing_on == 1) {
-            meta.claim_bitmap = meta.held_missing;  /* what a RESULT passed on frees */
-        }
-#endif
 
         /* stage 1 */
-#ifdef INA_HOLD
         if (meta.passing_on == 1) {
             /* its chunk is complete: nothing of it is to follow to the PS */
         } else
-#endif
         if (meta.flushing == 1 || CARRY.pass == PASS_REDIRECT) {
             INA_DO(redirect_id_key);
             INA_DO(redirect_seq_key);

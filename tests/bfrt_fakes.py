@@ -56,10 +56,12 @@ def tm_port_config(port: int) -> dict:
 
 def fake_gc(log: list) -> SimpleNamespace:
     class Tuple:
-        def __init__(self, name, value=None, int_arr_val=None, bool_arr_val=None, str_val=None):
+        def __init__(self, name, value=None, mask=None, int_arr_val=None, bool_arr_val=None, str_val=None):
             self.name = name
             arrays = int_arr_val if int_arr_val is not None else bool_arr_val
             self.value = next(v for v in (value, str_val, None if arrays is None else tuple(arrays)) if v is not None)
+            if mask is not None:  # a ternary key field
+                self.value = (self.value, mask)
 
     tables: dict[str, FakeTable] = {}
     info = SimpleNamespace(table_get=lambda name: tables.setdefault(name, FakeTable(name, log)))

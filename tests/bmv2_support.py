@@ -262,12 +262,12 @@ def switch_for(port):
 
 def settle(switch, received: int, timeout: float = 5.0) -> dict[str, int]:
     """Wait until the switch has decided every packet it received (recirculated passes included)."""
-    from ina.p4.device import HOLD_OUTCOMES, OUTCOMES, RACK_OUTCOMES
+    from ina.p4.device import OUTCOMES
 
     deadline = time.monotonic() + timeout
     while True:
         counts = switch.counters()
-        if counts["rx_packets"] == received and sum(counts[name] for name in (*OUTCOMES, *RACK_OUTCOMES, *HOLD_OUTCOMES)) == received:
+        if counts["rx_packets"] == received and sum(counts[name] for name in OUTCOMES) == received:
             return counts
         assert time.monotonic() < deadline, f"the switch did not decide its {received} packets: {counts}"
         time.sleep(0.01)

@@ -13,6 +13,7 @@ import pytest
 from bfrt_fakes import fake_gc, tofino_view
 
 from ina.control import Endpoint, JobSpec
+from ina.control.jobs import Uplink
 from ina.p4 import resources, toolchain
 from ina.p4.build import MAX_WORDS, TOFINO_WORDS_PER_PASS
 from ina.p4.entries import Route
@@ -67,18 +68,22 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(fitt
     device.registers = lambda name: [0] * POOL
     routes = [Route("10.0.0.1", "02:00:00:00:00:01", 1), Route("10.0.0.2", "02:00:00:00:00:02", 2)]
     switch = P4Switch(SwitchConfig(pool=POOL, words=WORDS), device, "10.0.0.254", "02:00:00:00:00:fe", routes, program)
-    spec = JobSpec(7, (Endpoint("10.0.0.1", 5000), Endpoint("10.0.0.1", 5001)), 8, ps=Endpoint("10.0.0.2", 6000))
-    switch.register(spec)
-    switch.deregister(7)
+    workers, ps = (Endpoint("10.0.0.1", 5000), Endpoint("10.0.0.1", 5001)), Endpoint("10.0.0.2", 6000)
+    leaf = JobSpec(8, workers, 8, ps=ps, uplink=Uplink("10.0.0.2", 47100, rack=0, racks=2, slot_base=0, span=8, pool=POOL))
+    for spec in (JobSpec(7, workers, 8, ps=ps), leaf, JobSpec(9, workers, 8, ps=ps, level="spine")):
+        switch.register(spec)
+        switch.deregister(spec.job)
     written = tofino_view(log)
-    assert {entry[1] for entry in written} >= {"ina_switch", "ina_jobs", "ina_workers", "ina_victims", "ina_replicas", "group"}
+    assert {entry[1] for entry in written} >= {"ina_switch", "ina_held", "ina_held_copy", "ina_jobs", "ina_workers", "ina_sources",
+                                               "ina_levels", "ina_victims", "ina_replicas", "group"}  # fmt: skip
     fixed_tables = ("$pre.", "tf1.tm.")  # the SDE's own tables, in no program's bfrt.json
-    for change, table_name, key, *rest in (entry for entry in log if not entry[1].startswith(fixed_tables)):
+    for change, table_name, key, action, data in (entry for entry in log if not entry[1].startswith(fixed_tables)):
         table = tables[resolve(table_name, list(tables))]
         for field, _ in key:
             resolve(field, [k["name"] for k in table.get("key", [])])
-        if change != "delete":
-            action, data = rest
+        if change != "delete" and action is None:  # a RegisterParam's value
+            assert table["table_type"] == "RegisterParam" and {name for name, _ in data} == {d["singleton"]["name"] for d in table["data"]}
+        elif change != "delete":
             spec_ = next(a for a in table["action_specs"] if a["name"] == resolve(action, [a["name"] for a in table["action_specs"]]))
             assert {name for name, _ in data} == {d["name"].rsplit(".", 1)[-1] for d in spec_["data"]}, (table_name, action)
     for name, fields in register_layout(WORDS, TOFINO_WORDS_PER_PASS).items():

@@ -97,6 +97,10 @@ def switch_for(case: Case, words: int, pool: int) -> tuple[SwitchCore, set[int]]
     """The software switch in the case's state, and the ports the control plane's packets enter at."""
     identity = case.default("ina_switch")
     settings = identity["params"] if identity else {}
+    if settings.get("held_missing", 0):
+        raise NoEquivalent("atp (held_missing): its returns are the level table's entries, which the BMv2 tests replay")
+    if any(short(e["action"] or "") != "ina_only" or e["params"]["release"] for e in case.table("ina_levels")):
+        raise NoEquivalent("a level table entry of a racked job or of atp's returns: the BMv2 tests replay those")
     queues = "priority" if settings.get("priority_queues", 1) else "fifo"
     core = SwitchCore(SwitchConfig(pool=pool, words=words, policy="esa" if settings.get("esa", 1) else "fcfs", queues=queues))
     cpu_ports = {e["key"]["port"] for e in case.table("ina_cpu_ports")}
@@ -124,9 +128,13 @@ def _register(core: SwitchCore, case: Case, job: int, op: int, p: dict[str, int]
         raise NoEquivalent("a worker entry no registration writes", f"job {job}")
     # ranks p4testgen gave no entry: addresses no packet of the case comes from
     ranks = [workers.get(r, Endpoint(f"192.0.2.{r + 1}", 40000 + job)) for r in range(fanin)]
+    for source in case.table("ina_sources"):  # the PS's, or one that says what a miss does
+        from_ps = (source["key"]["src"], source["key"]["src_port"]) == (p["ps_ip"], p["ps_port"])
+        if source["key"]["job"] == job and source["params"] != ({"ps": 1, "up": 1} if from_ps else {"ps": 0, "up": 0}):
+            raise NoEquivalent("a source entry no registration writes", f"job {job}: {source['key']} {source['params']}")
     for victim in case.table("ina_victims"):
-        if victim["key"]["job"] == job and short(victim["action"] or "") == "ina_victim" and {k: victim["params"][k] for k in ("full", "lane_bits", "ps_ip", "ps_port")} != \
-                {"full": full, "lane_bits": p["lane_bits"], "ps_ip": p["ps_ip"], "ps_port": p["ps_port"]}:  # fmt: skip
+        if victim["key"]["job"] == job and short(victim["action"] or "") == "ina_victim" and victim["params"] != \
+                {"full": full, "lane_bits": p["lane_bits"], "ps_ip": p["ps_ip"], "ps_port": p["ps_port"], "flags": 0}:  # fmt: skip
             raise NoEquivalent("a victim entry that disagrees with its job entry", f"job {job}")
     try:
         spec = JobSpec(job, tuple(ranks), window=min(span, pool), lane_bits=p["lane_bits"], priority_cap=p["priority_cap"],
@@ -177,7 +185,17 @@ def replay(case: Case, words: int, pool: int) -> list[Datagram]:
         raise NoEquivalent("a SWEEP from the control plane's port: the software switch sweeps by its own timer")
     if not frame.consistent:
         return []  # the kernel would drop it before the software switch saw it
+    if len(frame.payload) > 2 and frame.payload[2] == Kind.FLUSH and _from_ps_without_source(case, frame):
+        raise NoEquivalent("a FLUSH from its job's PS with no source entry: every registration writes its PS's")
     return core.receive([Datagram(frame.payload, frame.src)], 0.0)
+
+
+def _from_ps_without_source(case: Case, frame: Frame) -> bool:
+    """Whether the frame comes from its job's PS, which the source table lacks (every registration writes it)."""
+    job = int.from_bytes(frame.payload[4:6], "big") if len(frame.payload) >= 6 else -1
+    sender = (int.from_bytes(bytes(map(int, frame.src[0].split("."))), "big"), frame.src[1])
+    from_ps = any(e["key"]["job"] == job and (e["params"]["ps_ip"], e["params"]["ps_port"]) == sender for e in case.table("ina_jobs"))
+    return from_ps and not any((e["key"]["job"], e["key"]["src"], e["key"]["src_port"]) == (job, *sender) for e in case.table("ina_sources"))
 
 
 def expected(case: Case) -> list[tuple[tuple[str, int], bytes, bytes]] | None:

@@ -66,7 +66,7 @@ class Bmv2Device:
         assert self.info is not None, "load() the program first"
         kind = _UPDATES[change]
         return [self.runtime.group_update(kind, item.group, list(item.replicas)) if isinstance(item, Group)
-                else self.runtime.table_update(kind, self.info.entry(item.table, item.match, item.action, item.params))
+                else self.runtime.table_update(kind, self.info.entry(item.table, item.match, item.action, item.params, item.priority))
                 for item in items]  # fmt: skip
 
     def write(self, change: str, items: Sequence[TableEntry | Group]) -> None:
@@ -74,6 +74,9 @@ class Bmv2Device:
 
     def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
         """Nothing to set: simple_switch_grpc started with --priority-queues serves its highest first."""
+
+    def hold_completed(self, held: int) -> None:
+        """Nothing to set: the v1model program's `missing` updates read the identity's `held_missing`."""
 
     def registers(self, name: str) -> list[int]:
         return self._peek_values() if name == "value" else self.thrift.registers(f"ina_{name}")

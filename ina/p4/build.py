@@ -35,13 +35,6 @@ DEFAULT_WORDS = 64
 PROGRAMS = {"bmv2": "ina_v1model.p4", "tofino": "ina_tna.p4"}
 COMPILERS = {"bmv2": "p4c", "tofino": "bf-p4c"}
 ARCHITECTURES = {"bmv2": "v1model", "tofino": "tna"}
-RACKED_TARGETS = ("bmv2",)
-"""The targets whose program serves a racked job as its leaf or its spine (docs/protocol.md, section 10):
-p4src/racks.p4, compiled for v1model only: bf-p4c does not yet fit it into the TNA program (docs/p4.md, "atp",
-"Racks")."""
-HOLD_TARGETS = ("bmv2",)
-"""The targets whose program runs policy atp (a completed slot held until the PS returns its RESULT): p4src/'s
-INA_HOLD, compiled for v1model only, as the racks are (docs/p4.md, "atp")."""
 
 
 class BuildError(RuntimeError):

@@ -17,9 +17,8 @@ import numpy as np
 from ina.control import JobSpec
 from ina.control.watch import Waiting
 from ina.p4 import entries
-from ina.p4.build import HOLD_TARGETS, RACKED_TARGETS, Build, build
-from ina.p4.device import (CLEARED_ON_REMOVAL, DELETE, EVENTS, HOLD_EVENTS, HOLD_OUTCOMES, INSERT, MODIFY, OUTCOMES, RACK_EVENTS,
-                           RACK_OUTCOMES, Device)  # fmt: skip
+from ina.p4.build import Build, build
+from ina.p4.device import CLEARED_ON_REMOVAL, DELETE, EVENTS, INSERT, MODIFY, OUTCOMES, Device
 from ina.p4.entries import KEY_MAX, Route
 from ina.protocol import INA_PORT, Flag, Header, Kind
 from ina.switch.config import SwitchConfig
@@ -30,19 +29,6 @@ HELD_FANIN = range(2, 32)
 """The workers of a job under atp on a P4 target: a held result is bit 31 of the slot's `missing` bitmap (p4src/metadata.p4,
 HELD), which no worker may have; and one pass sends one packet, where a one-worker chunk evicting its job's held result
 would send two (the PARTIAL and its own held RESULT)."""
-UNCOUNTED = (*RACK_OUTCOMES, *RACK_EVENTS, *HOLD_OUTCOMES, *HOLD_EVENTS)
-"""The counters a program without racks and atp (the TNA program: ina.p4.build.RACKED_TARGETS, HOLD_TARGETS) never
-counts: always 0 there."""
-
-
-def check_policy(target: str, policy: str) -> None:
-    """ValueError where `target`'s program lacks `policy` (the TNA program runs no atp)."""
-    if policy == "atp" and target not in HOLD_TARGETS:
-        raise ValueError(f"--policy atp: the {target} program implements esa, fcfs and static; ATP's deallocation (a slot held "
-                         "until the PS returns its RESULT) runs on BMv2 (--target bmv2) and the software switch (--target "
-                         "software); docs/p4.md, \"atp\", says what Tofino would take")  # fmt: skip
-
-
 def _key(key_id: int, seq: int) -> dict[str, Any]:
     return {"job": key_id & 0xFFFF, "seq": seq, "max": bool(key_id & KEY_MAX)}
 
@@ -65,18 +51,14 @@ class P4Switch:
         self._groups: dict[int, int] = {}
         self._seen: dict[int, tuple[tuple[int, ...], float]] = {}
         self._lock = threading.Lock()
-        self.racked = device.target in RACKED_TARGETS
-        check_policy(device.target, config.policy)
-        holds = device.target in HOLD_TARGETS
-        self._counted = (OUTCOMES, EVENTS)
-        if self.racked:  # the v1model program counts the racks' outcomes and events after the others, then atp's (p4src/metadata.p4)
-            self._counted = (OUTCOMES + RACK_OUTCOMES + HOLD_OUTCOMES, EVENTS + RACK_EVENTS + HOLD_EVENTS)
         # under atp the PS takes its RESULT flagged HOLD, unicast, and the group passes its return on to the workers alone
-        self._copies = config.result_copies and config.policy != "atp"
+        self._hold = config.policy == "atp"
+        self._copies = config.result_copies and not self._hold
         device.load(program or build(config.words, config.pool, device.target))
         forwarding, flood = entries.forwarding(self.routes.values())
-        device.write(MODIFY, [entries.identity(ip, mac, config.policy, config.queues, holds)])
-        device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port)])
+        device.write(MODIFY, [entries.identity(ip, mac, config.policy, config.queues)])
+        device.hold_completed(entries.HELD if self._hold else 0)
+        device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port), *entries.switch_levels(self._hold)])
         device.serve_queues_by_priority({route.port for route in self.routes.values()})
 
     # -- ControlTarget ---------------------------------------------------------------------
@@ -87,10 +69,6 @@ class P4Switch:
         return self.settings.to_json() | target
 
     def register(self, spec: JobSpec) -> dict[str, Any]:
-        if (spec.level or spec.uplink) and not self.racked:
-            raise ValueError(f"job {spec.job}: the {self.device.target} program serves a job as its only switch; a racked job's "
-                             "leaves and spine (docs/protocol.md, section 10) run on BMv2 (ina switch --target bmv2) or the "
-                             "software switch (--target software); docs/p4.md, \"Racks\", says what Tofino would take")  # fmt: skip
         if self.settings.policy == "atp" and spec.fanin not in HELD_FANIN:
             raise ValueError(f"job {spec.job}: under atp the {self.device.target} program takes jobs of {HELD_FANIN.start}.."
                              f"{HELD_FANIN.stop - 1} workers (a switch's own: at a leaf its rack's, at a spine its racks), got "
@@ -103,7 +81,8 @@ class P4Switch:
                     raise ValueError(f"job {spec.job}: the switch has no route to {', '.join(unrouted)}; start it with "
                                      "--route IP=MAC@PORT for every worker, PS and spine host")  # fmt: skip
                 group = min(set(range(entries.FLOOD_GROUP + 1, entries.FLOOD_GROUP + 2 + len(self._groups))) - set(self._groups.values()))
-                job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes, self._copies)
+                job_entries, job_group = entries.job(entry, self.settings.pool, group, self.routes, self._copies, self._hold)
+                self._check_levels_fit(spec.job, job_entries)
                 self.device.write(INSERT, [*job_entries, job_group])
             except BaseException:
                 self.table.remove(spec.job)
@@ -111,12 +90,24 @@ class P4Switch:
             self._groups[spec.job] = group
         return {"job": spec.job, "slot_base": entry.slot_base, "span": entry.span or self.settings.pool}
 
+    def _check_levels_fit(self, job: int, job_entries: list[entries.TableEntry]) -> None:
+        """ValueError where the job's level entries would overflow the level table (p4src/racks.p4)."""
+        def levels(items: Iterable[entries.TableEntry]) -> int:
+            return sum(item.table == "ina_levels" for item in items)
+
+        used = levels(entries.switch_levels(self._hold))
+        used += sum(levels(entries.levels(e.spec, self._hold, self.routes)) for j, e in self.table.entries.items() if j != job)
+        if used + levels(job_entries) > entries.LEVEL_ENTRIES:
+            raise ValueError(f"job {job}: the switch's level table is full ({used} of its {entries.LEVEL_ENTRIES} entries used: "
+                             "a racked job takes up to 5, a job under atp 2); deregister a racked job or one under atp first, "
+                             "or run this one on another switch")  # fmt: skip
+
     def deregister(self, job: int) -> None:
         """Table entries first (the job's packets are then unregistered), then its slots and redirects,
         then its multicast group."""
         with self._lock:
             entry = self.table.check_removal(job)  # registered, and the caller may remove it
-            job_entries, job_group = entries.job(entry, self.settings.pool, self._groups[job], self.routes, self._copies)
+            job_entries, job_group = entries.job(entry, self.settings.pool, self._groups[job], self.routes, self._copies, self._hold)
             self.device.write(DELETE, job_entries)
             self._forget_slots(job)
             self.device.write(DELETE, [job_group])
@@ -130,10 +121,9 @@ class P4Switch:
     def counters(self) -> dict[str, int]:
         with self._lock:
             read = self.device.counter
-            outcomes, events = self._counted
-            counts = dict.fromkeys(UNCOUNTED, 0) | {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0)}
-            counts |= {name: read("outcomes", i) for i, name in enumerate(outcomes)}
-            counts |= {name: read("events", i) for i, name in enumerate(events)}
+            counts = {"rx_packets": read("rx", 0), "tx_packets": read("tx", 0), "sent_up": read("sent_up", 0)}
+            counts |= {name: read("outcomes", i) for i, name in enumerate(OUTCOMES)}
+            counts |= {name: read("events", i) for i, name in enumerate(EVENTS)}
         return {name: counts[name] for name in COUNTERS}
 
     def waiting(self) -> Waiting:

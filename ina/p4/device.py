@@ -22,16 +22,13 @@ REGISTERS = ("redirect_id", "redirect_seq", "key_id", "key_id_copy", "key_seq", 
 CLEARED_ON_REMOVAL = (("key_id", "key_id_copy", "key_seq", "key_seq_copy", "missing", "missing_copy"), ("redirect_id", "redirect_seq"))
 """What removing a job zeroes: a slot's key and bitmap, and a redirect (docs/p4.md, "Control plane")."""
 
-COUNTERS = ("rx", "tx", "outcomes", "events")
+COUNTERS = ("rx", "tx", "outcomes", "events", "sent_up")
 OUTCOMES = ("malformed", "unexpected", "unregistered", "bad_slot", "bad_format", "duplicate", "redirected", "flushed",
-            "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests")  # fmt: skip
-"""p4src/metadata.p4's OUTCOME_* indices, in order."""
-EVENTS = ("completed", "preempted", "stale", "flush_hits", "swept")
+            "aggregated", "claimed", "resend_forwarded", "straggler", "collision", "flush_requests", "descended", "releases")  # fmt: skip
+"""p4src/metadata.p4's OUTCOME_* indices, in order: a leaf's RESULTs passed down (racks.p4) and atp's returns last. A
+leaf counts its sums up on a counter of its own, `sent_up` (a TNA counter counts once a packet)."""
+EVENTS = ("completed", "preempted", "stale", "flush_hits", "swept", "release_hits")
 """p4src/metadata.p4's EVENT_* indices, in order."""
-RACK_OUTCOMES, RACK_EVENTS = ("descended",), ("sent_up",)
-"""The indices after those in a program that serves racked roles (p4src/racks.p4; ina.p4.build.RACKED_TARGETS)."""
-HOLD_OUTCOMES, HOLD_EVENTS = ("releases",), ("release_hits",)
-"""... and after those, atp's (p4src/'s INA_HOLD, which comes with the racks; ina.p4.build.HOLD_TARGETS)."""
 
 
 class Device(Protocol):
@@ -50,6 +47,10 @@ class Device(Protocol):
 
     def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
         """Serve each port's egress queues strict-priority, the highest queue id first."""
+
+    def hold_completed(self, held: int) -> None:
+        """What a completing contribution leaves in a slot's `missing` beyond the identity's `held_missing`, which
+        carries it on v1model: HELD under atp (a held result), else 0 (free)."""
 
     def registers(self, name: str) -> list[int]:
         """Every cell of logical register `name` (one of REGISTERS), by slot."""

@@ -17,6 +17,8 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from ina.p4.entries import Ternary
+
 Update = p4runtime_pb2.Update
 PACKET_INS_KEPT = 65536
 """Packet-ins held for `packet_in` at most; older ones are dropped first."""
@@ -59,14 +61,20 @@ class P4Info:
         return p4runtime_pb2.Action(action_id=info.preamble.id, params=[
             p4runtime_pb2.Action.Param(param_id=widths[k][0], value=encode(v, widths[k][1])) for k, v in params.items()])  # fmt: skip
 
-    def entry(self, table: str, match: Mapping[str, int], action: str, params: Mapping[str, int]) -> p4runtime_pb2.TableEntry:
-        """An exact-match entry of `table`; an empty `match` makes the table's default entry."""
+    def entry(self, table: str, match: Mapping[str, int | Ternary], action: str, params: Mapping[str, int],
+              priority: int = 0) -> p4runtime_pb2.TableEntry:  # fmt: skip
+        """An entry of `table` (`ina.p4.entries.TableEntry`); an empty `match` makes the table's default entry."""
         info = self.table(table)
         fields = {f.name: f for f in info.match_fields}
-        entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id, is_default_action=not match)
+        entry = p4runtime_pb2.TableEntry(table_id=info.preamble.id, is_default_action=not match, priority=priority)
         for name, value in match.items():
             field = fields[name]
-            entry.match.add(field_id=field.id, exact=p4runtime_pb2.FieldMatch.Exact(value=encode(value, field.bitwidth)))
+            if field.match_type == p4info_pb2.MatchField.TERNARY:
+                ternary = value if isinstance(value, Ternary) else Ternary(value, (1 << field.bitwidth) - 1)
+                entry.match.add(field_id=field.id, ternary=p4runtime_pb2.FieldMatch.Ternary(
+                    value=encode(ternary.value & ternary.mask, field.bitwidth), mask=encode(ternary.mask, field.bitwidth)))  # fmt: skip
+            else:
+                entry.match.add(field_id=field.id, exact=p4runtime_pb2.FieldMatch.Exact(value=encode(value, field.bitwidth)))
         entry.action.action.CopyFrom(self.action(action, params))
         return entry
 

@@ -33,12 +33,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def build(args: argparse.Namespace) -> Any:
     """The P4 switch server for `args.target`; ValueError says which option to change."""
-    from ina.p4.controller import check_policy
     from ina.p4.entries import Route
     from ina.p4.server import P4SwitchServer  # the 'p4' extra: imported only for these targets
 
     config, access = switch_config(args), access_from_args(args)
-    check_policy(args.target, config.policy)  # before the device starts
     listen, control = parse_address(args.listen, "--listen"), parse_address(args.control, "--control")
     routes = [Route.parse(text) for text in args.route]
     open_device = _bmv2(args) if args.target == "bmv2" else _tofino(args, routes)

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from ina.p4.build import Build
 from ina.p4.device import DELETE, INSERT, MODIFY, REGISTERS
-from ina.p4.entries import Group, TableEntry
+from ina.p4.entries import Group, TableEntry, Ternary
 from ina.protocol.constants import EGRESS_QUEUES
 
 PROGRAM = "ina_tna"
@@ -36,6 +36,11 @@ PIPE_SHIFT = 7
 NODES_PER_GROUP = 1024
 """Multicast node ids: the k-th replica of group g is node g * 1024 + k (a job's 33 at most; the
 flood group's one a port)."""
+HELD_PARAMS = ("ina_held", "ina_held_copy")
+"""The RegisterParams that hold what a completed chunk leaves in `missing` and its copy (p4src/slots.p4)."""
+MATCH_PRIORITIES = 1 << 24
+"""A ternary entry's `$MATCH_PRIORITY` is this less its priority: BfRt matches the lowest first, where a
+TableEntry's highest priority matches first (P4Runtime's order)."""
 
 
 class BfrtMissing(RuntimeError):
@@ -80,7 +85,7 @@ def register_layout(words: int, pass_words: int) -> dict[str, list[RegisterField
     return layout
 
 
-COUNTER_ARRAYS = {"rx": "ina_rx", "tx": "ina_tx", "outcomes": "ina_outcomes", "events": "ina_events"}
+COUNTER_ARRAYS = {"rx": "ina_rx", "tx": "ina_tx", "outcomes": "ina_outcomes", "events": "ina_events", "sent_up": "ina_sent_up"}
 
 
 class TofinoDevice:
@@ -141,7 +146,9 @@ class TofinoDevice:
             assert change == MODIFY, "a default entry is only ever modified"
             table.default_entry_set(self.all_pipes, data)
             return
-        key = table.make_key([gc.KeyTuple(name, value) for name, value in entry.match.items()])
+        key = table.make_key([gc.KeyTuple(name, value.value & value.mask, mask=value.mask) if isinstance(value, Ternary)
+                              else gc.KeyTuple(name, value) for name, value in entry.match.items()]
+                             + ([gc.KeyTuple("$MATCH_PRIORITY", MATCH_PRIORITIES - entry.priority)] if entry.priority else []))  # fmt: skip
         if change == INSERT:
             table.entry_add(self.all_pipes, [key], [data])
         elif change == MODIFY:
@@ -234,6 +241,13 @@ class TofinoDevice:
                 queue_key = queues.make_key([gc.KeyTuple("pg_id", config["pg_id"]), gc.KeyTuple("pg_queue", queue)])
                 data = queues.make_data([gc.DataTuple("min_priority", str_val=level), gc.DataTuple("max_priority", str_val=level)])
                 queues.entry_mod(self.all_pipes, [queue_key], [data])
+
+    def hold_completed(self, held: int) -> None:
+        """The held value of each `missing` register, a RegisterParam (p4src/arch_tna.p4): its stateful ALU reads
+        two packet fields already, the bitmap and what a claim leaves (p4src/slots.p4)."""
+        for name in HELD_PARAMS:
+            table = self.info.table_get(name)
+            table.default_entry_set(self.all_pipes, table.make_data([self.gc.DataTuple("value", held)]))
 
     # -- the CPU port -----------------------------------------------------------------------------
 
