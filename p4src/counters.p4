@@ -29,13 +29,10 @@ control Count(in ina_meta_t meta, in bit<1> arrived) {
     }
 }
 
-/* On v1model an ina packet to another address is forwarded as any other packet (identity.p4): not
- * counted, and a flooded copy of it not sent back where it came from. */
-#ifdef INA_OWN_ADDRESS
-#define OWN_INA(valid) (valid && meta.is_ina == 1)
-#else
-#define OWN_INA(valid) valid
-#endif
+/* An ina packet to another address is forwarded as any other packet (docs/p4.md, "Own address"), leaving with
+ * nothing decided for it (OUT_DROP, as every packet not ina's): not counted, and a flooded copy of it not sent
+ * back where it came from. */
+#define OWN_INA(valid) (valid && CARRY.out_kind != OUT_DROP)
 
 /* The egress: the last value words, each RESULT copy's destination, transmitted packets. */
 control InaEgressLogic(inout headers_t hdr, inout ina_meta_t meta) {

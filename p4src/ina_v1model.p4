@@ -20,7 +20,7 @@
 #endif
 
 #define INA_WIDE_WORDS
-#define INA_OWN_ADDRESS /* ina packets to another address forwarded, not taken: the TNA program takes them (docs/p4.md, "Own address") */
+#define INA_OWN_ADDRESS /* ina packets to another address forwarded, not taken: compared in the ingress (the TNA parser matches it; docs/p4.md, "Own address") */
 #include "headers.p4"
 #include "arch_v1model.p4"
 #include "metadata.p4"

@@ -14,6 +14,8 @@
             default: accept; \
         } \
     } \
+    INA_FRAME_IPV4(P, INA)
+#define INA_FRAME_IPV4(P, INA) \
     state P##_ipv4 { \
         packet.extract(hdr.ipv4); \
         transition select(hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) { \
@@ -33,6 +35,12 @@
 #define STACK_WORD(w) packet.extract(w);
 parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta,
                         out ingress_intrinsic_metadata_t ig_intr_md) {
+#ifndef INA_TESTGEN
+    /* a first pass's ina packets are those to the switch's own address (docs/p4.md, "Own address"): the
+     * address matched ahead of the IPv4 header, in a state of its own (the parser's match registers) */
+    @name(".ina_own_address")
+    value_set<bit<32>>(1) own_address;
+#endif
 
     state start {
         packet.extract(ig_intr_md);
@@ -79,7 +87,32 @@ parser InaIngressParser(packet_in packet, out headers_t hdr, out ina_meta_t meta
         transition fresh_ethernet;
     }
 
+#ifdef INA_TESTGEN
+    /* p4testgen's cases: every ina packet the switch's own, as the replay's software switch takes them */
     INA_FRAME_STATES(fresh, ig_ina)
+#else
+    state fresh_ethernet {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV4: fresh_address;
+            default: accept;
+        }
+    }
+
+    state fresh_address {
+        transition select(packet.lookahead<ipv4_h>().dst) {
+            own_address: own_ipv4;
+            default: other_ipv4;
+        }
+    }
+
+    state other_ipv4 {
+        packet.extract(hdr.ipv4);
+        transition accept;
+    }
+
+    INA_FRAME_IPV4(own, ig_ina)
+#endif
     INA_FRAME_STATES(again, ig_ina)
 
     /* a DATA's K words (a later pass is always a DATA's) */

@@ -113,9 +113,11 @@ def both_switches(config: SwitchConfig, tmp_path: Path):
     return bmv2, runtime.log, tofino, bfrt_log
 
 
-def held_params(held: int) -> list[tuple]:
-    """Tofino's writes of the held value (`missing`'s RegisterParams, which v1model reads from the identity)."""
-    return [("modify", name, (), None, (("value", held),)) for name in ("ina_held", "ina_held_copy")]
+def tofino_settings(held: int) -> list[tuple]:
+    """Tofino's writes after the identity: its own address (the parser's value set) and the held value (`missing`'s
+    RegisterParams), which v1model reads from the identity."""
+    return [("insert", "ina_own_address", (("f1", (ip_number(SWITCH_IP), 0xFFFFFFFF)),), None, ()),
+            *[("modify", name, (), None, (("value", held),)) for name in ("ina_held", "ina_held_copy")]]  # fmt: skip
 
 
 @needs_p4c
@@ -127,11 +129,11 @@ def test_both_targets_are_given_the_same_entries_for_every_registration_and_remo
                  lambda s: s.register(third), lambda s: s.deregister(2), lambda s: s.register(first)):  # fmt: skip
         assert step(bmv2) == step(tofino)
     written, tofino_written = bmv2_view(runtime_log), tofino_view(bfrt_log)
-    # the identity first (the held value 0: no atp), then Tofino's held value, then the same on both
+    # the identity first (the held value 0: no atp), then Tofino's own address and held value, then the same on both
     assert written[0] == tofino_written[0] and written[0][:2] == ("modify", "ina_switch")
     assert dict(written[0][4])["held_missing"] == 0 and dict(written[0][4])["priority_queues"] == 1
-    assert tofino_written[1:3] == held_params(0)
-    assert written[1:] == tofino_written[3:]
+    assert tofino_written[1:4] == tofino_settings(0)
+    assert written[1:] == tofino_written[4:]
     changes = Counter(entry[0] for entry in written)
     assert changes["delete"] > 0 and changes["insert"] > changes["delete"]
     tables = {entry[1] for entry in written}
@@ -172,7 +174,7 @@ def test_both_targets_are_given_a_racked_jobs_levels(tmp_path):
         assert switch.register(leaf)["slot_base"] == 2
         switch.register(spine)
     written = bmv2_view(runtime_log)
-    assert written[1:] == tofino_view(bfrt_log)[3:]
+    assert written[1:] == tofino_view(bfrt_log)[4:]
     levels = [entry for entry in written if entry[1] in ("ina_levels", "ina_sources")]
 
     def level(priority: int, job: int | None, kind: int, flags: tuple[int, int] | None, bitmap: int | None, action: str, **params):
@@ -206,7 +208,7 @@ def test_both_targets_are_given_a_racked_jobs_levels(tmp_path):
         switch.deregister(4)
     assert [entry for entry in bmv2_view(runtime_log) if entry[0] == "delete" and entry[1] in ("ina_levels", "ina_sources")] == \
         [("delete", "ina_sources", entry[2]) for entry in levels[1:3]] + [("delete", "ina_levels", entry[2]) for entry in levels[3:7]]  # fmt: skip
-    assert bmv2_view(runtime_log)[1:] == tofino_view(bfrt_log)[3:]
+    assert bmv2_view(runtime_log)[1:] == tofino_view(bfrt_log)[4:]
 
 
 @needs_p4c
@@ -221,7 +223,7 @@ def test_both_targets_are_given_atps_hold_and_its_queues(tmp_path):
     config = SwitchConfig(pool=POOL, words=WORDS, policy="atp", queues="fifo")
     bmv2, runtime_log, tofino, bfrt_log = both_switches(config, tmp_path)
     assert dict(runtime_log[0][4]) | {"ip": 0, "mac": 0} == {"ip": 0, "mac": 0, "esa": 0, "held_missing": HELD, "priority_queues": 0}
-    assert tofino_view(bfrt_log)[1:3] == held_params(HELD)
+    assert tofino_view(bfrt_log)[1:4] == tofino_settings(HELD)
     first, _, one = jobs()
     many = JobSpec(4, tuple(Endpoint("10.0.0.1", 10000 + r) for r in range(32)), 2, ps=Endpoint("10.0.0.3", 20004))
     for switch in (bmv2, tofino):
@@ -231,7 +233,7 @@ def test_both_targets_are_given_atps_hold_and_its_queues(tmp_path):
                 switch.register(spec)
         assert [job["job"] for job in switch.jobs()] == [1]
     written = bmv2_view(runtime_log)
-    assert written[1:] == tofino_view(bfrt_log)[3:]
+    assert written[1:] == tofino_view(bfrt_log)[4:]
     assert [len(entry[3]) for entry in written if entry[1] == "group"][1:] == [2]  # the workers, no PS
     result = ("kind", (int(Kind.RESULT), 0xFF))
     assert [entry[2:] for entry in written if entry[1] == "ina_levels"] == [

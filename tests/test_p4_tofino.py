@@ -74,15 +74,16 @@ def test_every_name_the_tofino_controller_uses_is_in_the_compiled_bfrt_json(fitt
         switch.register(spec)
         switch.deregister(spec.job)
     written = tofino_view(log)
-    assert {entry[1] for entry in written} >= {"ina_switch", "ina_held", "ina_held_copy", "ina_jobs", "ina_workers", "ina_sources",
-                                               "ina_levels", "ina_victims", "ina_replicas", "group"}  # fmt: skip
+    assert {entry[1] for entry in written} >= {"ina_switch", "ina_own_address", "ina_held", "ina_held_copy", "ina_jobs", "ina_workers",
+                                               "ina_sources", "ina_levels", "ina_victims", "ina_replicas", "group"}  # fmt: skip
     fixed_tables = ("$pre.", "tf1.tm.")  # the SDE's own tables, in no program's bfrt.json
     for change, table_name, key, action, data in (entry for entry in log if not entry[1].startswith(fixed_tables)):
         table = tables[resolve(table_name, list(tables))]
         for field, _ in key:
             resolve(field, [k["name"] for k in table.get("key", [])])
-        if change != "delete" and action is None:  # a RegisterParam's value
-            assert table["table_type"] == "RegisterParam" and {name for name, _ in data} == {d["singleton"]["name"] for d in table["data"]}
+        if change != "delete" and action is None:  # a RegisterParam's value, or the parser's value set of the switch's address
+            assert table["table_type"] in ("RegisterParam", "ParserValueSet")
+            assert {name for name, _ in data} == {d["singleton"]["name"] for d in table["data"]}
         elif change != "delete":
             spec_ = next(a for a in table["action_specs"] if a["name"] == resolve(action, [a["name"] for a in table["action_specs"]]))
             assert {name for name, _ in data} == {d["name"].rsplit(".", 1)[-1] for d in spec_["data"]}, (table_name, action)

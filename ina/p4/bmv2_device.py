@@ -75,6 +75,9 @@ class Bmv2Device:
     def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
         """Nothing to set: simple_switch_grpc started with --priority-queues serves its highest first."""
 
+    def take_address(self, ip: int) -> None:
+        """Nothing to set: the v1model program compares with the identity's address."""
+
     def hold_completed(self, held: int) -> None:
         """Nothing to set: the v1model program's `missing` updates read the identity's `held_missing`."""
 

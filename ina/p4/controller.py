@@ -57,6 +57,7 @@ class P4Switch:
         device.load(program or build(config.words, config.pool, device.target))
         forwarding, flood = entries.forwarding(self.routes.values())
         device.write(MODIFY, [entries.identity(ip, mac, config.policy, config.queues)])
+        device.take_address(entries.ip_number(ip))
         device.hold_completed(entries.HELD if self._hold else 0)
         device.write(INSERT, [flood, *forwarding, entries.cpu_port(device.cpu_port), *entries.switch_levels(self._hold)])
         device.serve_queues_by_priority({route.port for route in self.routes.values()})

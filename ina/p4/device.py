@@ -48,6 +48,10 @@ class Device(Protocol):
     def serve_queues_by_priority(self, ports: Iterable[int]) -> None:
         """Serve each port's egress queues strict-priority, the highest queue id first."""
 
+    def take_address(self, ip: int) -> None:
+        """Take the ina packets addressed to `ip` (the switch's own) as its protocol, and forward the others as any
+        other packet (docs/p4.md, "Own address")."""
+
     def hold_completed(self, held: int) -> None:
         """What a completing contribution leaves in a slot's `missing` beyond the identity's `held_missing`, which
         carries it on v1model: HELD under atp (a held result), else 0 (free)."""

@@ -36,6 +36,8 @@ PIPE_SHIFT = 7
 NODES_PER_GROUP = 1024
 """Multicast node ids: the k-th replica of group g is node g * 1024 + k (a job's 33 at most; the
 flood group's one a port)."""
+OWN_ADDRESS = "ina_own_address"
+"""The ingress parser's value set of the address whose ina packets are the switch's."""
 HELD_PARAMS = ("ina_held", "ina_held_copy")
 """The RegisterParams that hold what a completed chunk leaves in `missing` and its copy (p4src/slots.p4)."""
 MATCH_PRIORITIES = 1 << 24
@@ -241,6 +243,13 @@ class TofinoDevice:
                 queue_key = queues.make_key([gc.KeyTuple("pg_id", config["pg_id"]), gc.KeyTuple("pg_queue", queue)])
                 data = queues.make_data([gc.DataTuple("min_priority", str_val=level), gc.DataTuple("max_priority", str_val=level)])
                 queues.entry_mod(self.all_pipes, [queue_key], [data])
+
+    def take_address(self, ip: int) -> None:
+        """The parser's value set of the switch's own address (p4src/parser_tna.p4): a table stage would cost the
+        ina tables a stage."""
+        table = self.info.table_get(OWN_ADDRESS)
+        key = table.make_key([self.gc.KeyTuple("f1", ip, mask=0xFFFFFFFF)])
+        table.entry_add(self.all_pipes, [key], [table.make_data([])])
 
     def hold_completed(self, held: int) -> None:
         """The held value of each `missing` register, a RegisterParam (p4src/arch_tna.p4): its stateful ALU reads
