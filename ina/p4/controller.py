@@ -100,7 +100,7 @@ class P4Switch:
         used += sum(levels(entries.levels(e.spec, self._hold, self.routes)) for j, e in self.table.entries.items() if j != job)
         if used + levels(job_entries) > entries.LEVEL_ENTRIES:
             raise ValueError(f"job {job}: the switch's level table is full ({used} of its {entries.LEVEL_ENTRIES} entries used: "
-                             "a racked job takes up to 5, a job under atp 2); deregister a racked job or one under atp first, "
+                             "a leaf's job takes 4, a spine's 3 (5 under atp), any other job 0 (2 under atp)); deregister a racked job or one under atp first, "
                              "or run this one on another switch")  # fmt: skip
 
     def deregister(self, job: int) -> None:

@@ -143,7 +143,8 @@ def job(entry: JobEntry, pool: int, group: int, routes: Mapping[str, Route], cop
 
 
 LEVEL_ENTRIES = 1024
-"""The level table's size (p4src/metadata.p4): a racked job takes up to four entries, a job under atp two."""
+"""The level table's size (p4src/metadata.p4): a leaf's job takes four entries, a spine's three (five under atp), a job
+of one switch none (two under atp); below them the switch's own (`switch_levels`)."""
 ALL_BITS = 0xFFFFFFFF
 
 
@@ -184,7 +185,7 @@ def _releases(spec: JobSpec) -> list[tuple[dict[str, Ternary], int, int]]:
 
 def switch_levels(hold: bool) -> list[TableEntry]:
     """The level table's entries for every job, below each job's own: a DATA flagged SPINE is of the wrong level
-    where the switch is not the job's spine; under atp a RESULT is a return to pass on (then unregistered but
+    where the switch is not the job's spine; under atp a RESULT is a return to pass on (then unregistered unless
     from the job's PS), where without atp it is unexpected."""
     entries = [TableEntry("ina_levels", {"kind": Ternary(Kind.DATA, 0xFF), "flags": Ternary(Flag.SPINE, Flag.SPINE)}, "ina_only",
                           {"release": 0, "misleveled": 1}, 2)]  # fmt: skip
