@@ -258,6 +258,21 @@ def test_a_status_from_the_ps_stops_early_resends_of_a_chunk_it_holds():
     assert engine.counters["early_resent"] == 1 and engine.counters["status"] == 1
 
 
+def test_a_chunk_resent_again_after_a_status_is_resent_once_when_overtaken():
+    """A STATUS clears a resent chunk's mark while its entry stays queued; its next resend, before any later chunk
+    is sent, queues the same mark again: once overtaken, the chunk is resent once, not once an entry."""
+    engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
+    sent = _sent(engine, 4)
+    engine.receive([result_for(d, np.zeros(K)) for d in sent[1:4]], 0.001)  # chunk 0 resent early
+    status = Header(Kind.STATUS, 7, 0, slot=5, lane_bits=8, bitmap=0b010).pack()
+    engine.receive([Datagram(status, PS)], 0.002)
+    due = engine.next_deadline()
+    assert [headers([d])[0].seq for d in engine.tick(due)] == [0]  # its timer resends it: the same chunks sent since
+    later = _sent(engine, 3, now=due)
+    again = engine.receive([result_for(d, np.zeros(K)) for d in later], due + 0.001)
+    assert [headers([d])[0].seq for d in again] == [0] and engine.counters["early_resent"] == 2
+
+
 def test_a_timeout_resends_the_oldest_chunks_and_holds_back_the_rest_until_their_next():
     engine = Engine(config(window=8, min_rto=0.05, initial_rto=0.05, max_rto=0.4))
     _sent(engine, 6)  # nothing comes back: a late peer, or everything lost

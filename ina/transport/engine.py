@@ -416,23 +416,23 @@ class Engine:
         resends"). The timeout is not doubled (none expired), and counts from the short timeout: every worker sent
         the chunk."""
         answered, outstanding, early = self._answered, self._outstanding, self.config.early_resend
-        due = []
+        due: dict[int, Chunk] = {}  # by seq: a STATUS clears a chunk's mark, so a later resend may queue a second one
         resent = self._resent
         while resent and resent[0][0] <= answered:
             overtaken_by, seq = resent.popleft()
             chunk = outstanding.get(seq)
             if chunk is not None and chunk.overtaken_by == overtaken_by:
-                due.append(chunk)
+                due[seq] = chunk
         while self._unresent <= answered - early:
             chunk = outstanding.get(self._unresent)
             if chunk is not None and not chunk.retries:  # one resent before it was overtaken waits in `resent`
-                due.append(chunk)
+                due[chunk.seq] = chunk
             self._unresent += 1
         if due:
             self.counters["early_resent"] += len(due)
-            for chunk in due:
+            for chunk in due.values():
                 chunk.short_timer = True
-            self._resend(due, now, out)
+            self._resend(list(due.values()), now, out)
 
     def _count_padding(self, padding: int) -> None:
         """Zero bytes sent to fill a chunk to K (only where there are any: a counter is listed once it counts)."""
