@@ -113,7 +113,6 @@ control Decide(inout headers_t hdr, inout ina_meta_t meta) {
         meta.event = event;
     }
 
-
     /* FLUSH from the PS, the control plane's idle sweep, or a RESEND's flush */
     @name(".ina_flush_outcomes")
     table flush_outcomes {
@@ -301,7 +300,6 @@ control Outputs(inout headers_t hdr, inout ina_meta_t meta) {
         hdr.udp.checksum = 0;
         meta.queue = meta.in_queue;
     }
-
 
     /* the partial's key, its priority and the workers it holds, ... */
     action partial() {

@@ -40,9 +40,8 @@
         meta.redirect_id_pred: ternary @name("redirect_id"); \
         meta.redirect_seq_pred: ternary @name("redirect_seq");
 
-/* atp: a chunk every worker is in stays held (metadata.p4); else free */
-/* the contribution's bit cleared; under hold a chunk it completes stays held (its last contributor's bit is the
- * whole of `missing`): compared before the update, as a stateful ALU does */
+/* The contribution's bit cleared; under atp a chunk it completes (its bit is the whole of `missing`, compared
+ * before the update, as a stateful ALU does) stays held (metadata.p4), else it is free. */
 #define CLEAR_CONTRIBUTION(held) \
         if (value == hdr.ina.bitmap) { value = INA_HELD_VALUE(held); } else if (value != 0) { value = value & ~hdr.ina.bitmap; }
 

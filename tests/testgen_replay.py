@@ -185,17 +185,7 @@ def replay(case: Case, words: int, pool: int) -> list[Datagram]:
         raise NoEquivalent("a SWEEP from the control plane's port: the software switch sweeps by its own timer")
     if not frame.consistent:
         return []  # the kernel would drop it before the software switch saw it
-    if len(frame.payload) > 2 and frame.payload[2] == Kind.FLUSH and _from_ps_without_source(case, frame):
-        raise NoEquivalent("a FLUSH from its job's PS with no source entry: every registration writes its PS's")
     return core.receive([Datagram(frame.payload, frame.src)], 0.0)
-
-
-def _from_ps_without_source(case: Case, frame: Frame) -> bool:
-    """Whether the frame comes from its job's PS, which the source table lacks (every registration writes it)."""
-    job = int.from_bytes(frame.payload[4:6], "big") if len(frame.payload) >= 6 else -1
-    sender = (int.from_bytes(bytes(map(int, frame.src[0].split("."))), "big"), frame.src[1])
-    from_ps = any(e["key"]["job"] == job and (e["params"]["ps_ip"], e["params"]["ps_port"]) == sender for e in case.table("ina_jobs"))
-    return from_ps and not any((e["key"]["job"], e["key"]["src"], e["key"]["src_port"]) == (job, *sender) for e in case.table("ina_sources"))
 
 
 def expected(case: Case) -> list[tuple[tuple[str, int], bytes, bytes]] | None:
